@@ -1,0 +1,29 @@
+"""nwlib: multi-head attention as an ensemble of Nadaraya–Watson estimators.
+
+The library behind the companion book to Fokoué, *Multi-Head Attention as
+Ensemble Nadaraya-Watson Estimation* (arXiv:2605.20271). The public names are
+listed in ``__all__``; implementation lives in the submodules, one concept each.
+"""
+
+from .device import resolve_device
+from .kernels import KERNELS, nadaraya_watson, nadaraya_watson_weights
+from .multihead import MultiHeadNW
+from .reporting import glue
+
+# --- Monte Carlo engine (Theorem 3.1) ---
+# --- subspaces and the Head Diversity Index (Theorem 4.2) ---
+# --- structured head weights (Theorem 7.1) ---
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KERNELS",
+    "MultiHeadNW",
+    "nadaraya_watson",
+    "nadaraya_watson_weights",
+    "glue",
+    "resolve_device",
+    # --- Monte Carlo engine names ---
+    # --- subspace names ---
+    # --- weighting names ---
+]
