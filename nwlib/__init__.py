@@ -13,6 +13,18 @@ from .reporting import glue
 # --- Monte Carlo engine (Theorem 3.1) ---
 # --- subspaces and the Head Diversity Index (Theorem 4.2) ---
 # --- structured head weights (Theorem 7.1) ---
+from .weighting import (
+    HeadRanking,
+    assign_by_rank,
+    combination_mse,
+    error_second_moments,
+    fibonacci_weights,
+    geometric_weights,
+    optimal_weights,
+    rank_heads,
+    replicate_mse,
+    uniform_weights,
+)
 
 __version__ = "0.1.0"
 
@@ -26,4 +38,14 @@ __all__ = [
     # --- Monte Carlo engine names ---
     # --- subspace names ---
     # --- weighting names ---
+    "HeadRanking",
+    "assign_by_rank",
+    "combination_mse",
+    "error_second_moments",
+    "fibonacci_weights",
+    "geometric_weights",
+    "optimal_weights",
+    "rank_heads",
+    "replicate_mse",
+    "uniform_weights",
 ]
