@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-__all__ = ["glue"]
+__all__ = ["glue", "glue_figure", "glue_math"]
 
 
 def glue(name: str, value: Any, display: bool = False) -> None:
@@ -33,3 +34,87 @@ def glue(name: str, value: Any, display: bool = False) -> None:
             print(f"{name} = {value!r}")
         return
     _myst_glue(name, value, display=display)
+
+
+class _GluedMath:
+    """Displays as LaTeX in a notebook and as MathJax-ready HTML on another book page.
+
+    myst-nb's cross-page ``{glue}`` renders text/html but not text/latex, so the HTML
+    form carries the ``math`` class that the book's MathJax configuration typesets.
+    """
+
+    def __init__(self, latex: str) -> None:
+        self.latex = latex
+
+    def _repr_latex_(self) -> str:
+        return f"$$\n{self.latex}\n$$"
+
+    def _repr_html_(self) -> str:
+        escaped = self.latex.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        return f'<div class="math notranslate nohighlight glued-math">\\[{escaped}\\]</div>'
+
+    def __repr__(self) -> str:
+        return self.latex
+
+
+def glue_math(name: str, expression: Any, display: bool = True) -> None:
+    """Glue a displayed equation: a sympy object (or a LaTeX string) shown as math.
+
+    Quote it from a chapter page with the ``{glue}`` directive and its ``:doc:`` option
+    (``{glue:math}`` does not reach across pages)::
+
+        ```{glue} key
+        :doc: ../notebooks/chNN_name.ipynb
+        ```
+
+    Parameters
+    ----------
+    name : str
+        The glue key.
+    expression : sympy.Basic or str
+        A sympy expression or relation (``sympy.Eq``), typeset with ``sympy.latex``,
+        or a LaTeX string used as is.
+    display : bool, default True
+        Whether to also display the equation in the notebook.
+    """
+    if isinstance(expression, str):
+        latex = expression
+    else:
+        import sympy
+
+        latex = sympy.latex(expression)
+    glue(name, _GluedMath(latex), display=display)
+
+
+def glue_figure(name: str, figure: Any, directory: str | Path = "figures", dpi: int = 150) -> Path:
+    """Show a matplotlib figure in the notebook, glue it, and save it as ``<directory>/<name>.png``.
+
+    Chapter pages include the saved file with the ``{figure}`` directive
+    (``../notebooks/figures/<name>.png``): myst-nb pastes images across pages
+    without registering them with Sphinx, so a cross-page ``{glue}`` figure is
+    never copied into the built site. The book's notebooks run in
+    ``_build/stage/notebooks``, so the file lands beside the executed notebook.
+
+    Parameters
+    ----------
+    name : str
+        Glue key and file stem.
+    figure : matplotlib.figure.Figure
+    directory : str or Path, default "figures"
+        Relative to the notebook's working directory.
+    dpi : int, default 150
+
+    Returns
+    -------
+    Path
+        Where the PNG was written.
+    """
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError(f"name must be a non-empty file stem without '/', got {name!r}")
+    if not hasattr(figure, "savefig"):
+        raise TypeError(f"figure must be a matplotlib Figure, got {type(figure).__name__}")
+    path = Path(directory) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi, bbox_inches="tight")
+    glue(name, figure, display=True)
+    return path
