@@ -163,9 +163,10 @@ def nadaraya_watson(
             "values must have as many rows as keys (n): "
             f"keys {tuple(keys.shape)}, values {tuple(values.shape)}"
         )
-    batch = broadcast_batch(
-        {"queries": queries.shape[:-2], "keys": keys.shape[:-2], "values": values.shape[:-2]}
-    )
+    shapes = {"queries": queries.shape[:-2], "keys": keys.shape[:-2], "values": values.shape[:-2]}
+    if isinstance(bandwidth, Tensor):
+        shapes["bandwidth"] = bandwidth.shape  # one bandwidth per batch element broadcasts too
+    batch = broadcast_batch(shapes)
     q, k, mask = _scaled_inputs(queries, keys, kernel, bandwidth)
     out = _attention(q, k, values, mask, batch)
     return out.squeeze(-1) if scalar else out

@@ -91,6 +91,16 @@ def test_per_batch_bandwidth_tensor(device, dtype, tol, generator):
         torch.testing.assert_close(out[b], ref, **tol)
 
 
+def test_bandwidth_tensor_adds_a_batch_dimension(device, dtype, tol, generator):
+    q, k, v = make_data(generator, device, dtype, batch=(3,))
+    h = torch.tensor([0.3, 0.9], device=device, dtype=dtype)[:, None]  # (2, 1) against batch (3,)
+    out = nadaraya_watson(q, k, v, kernel="gaussian", bandwidth=h)
+    assert out.shape == (2, 3, 7, 3)
+    for i in range(2):
+        ref = nadaraya_watson_weights(q, k, kernel="gaussian", bandwidth=float(h[i])) @ v
+        torch.testing.assert_close(out[i], ref, **tol)
+
+
 def test_matches_statsmodels_kernelreg(dtype, tol):
     """statsmodels' local-constant KernelReg with a fixed Gaussian bandwidth is NW."""
     from statsmodels.nonparametric.kernel_regression import KernelReg

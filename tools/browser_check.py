@@ -52,6 +52,12 @@ def local_mathjax_dir() -> Path | None:
     return es5 if (es5 / "tex-mml-chtml.js").is_file() else None
 
 
+def _is_redirect(page: Path) -> bool:
+    """Jupyter Book's root index.html only redirects (meta refresh) to the first page."""
+    head = page.read_text(encoding="utf-8", errors="replace")[:2000].lower()
+    return 'http-equiv="refresh"' in head
+
+
 def find_chromium() -> str:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         path = shutil.which(name)
@@ -128,6 +134,7 @@ def check_pages(
             str(p.relative_to(html_dir))
             for p in html_dir.rglob("*.html")
             if p.name not in SKIPPED_PAGES and "_static" not in p.parts and "_sources" not in p.parts
+            and not _is_redirect(p)
         )
     reports = []
     with sync_playwright() as pw:
