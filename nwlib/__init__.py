@@ -8,10 +8,22 @@ listed in ``__all__``; implementation lives in the submodules, one concept each.
 from .device import resolve_device
 from .kernels import KERNELS, nadaraya_watson, nadaraya_watson_weights
 from .multihead import MultiHeadNW
-from .reporting import glue
+from .reporting import glue, glue_figure, glue_math
 
 # --- Monte Carlo engine (Theorem 3.1) ---
+from .decomposition import Decomposition, IntegratedDecomposition, decompose
+from .montecarlo import simulate
+from .tasks import TASKS, RegressionTask, make_task
 # --- subspaces and the Head Diversity Index (Theorem 4.2) ---
+from .subspaces import (
+    NORMALIZATIONS,
+    cross_gram,
+    equiangular_heads,
+    hdi,
+    orthonormal_basis,
+    principal_angles,
+    random_subspaces,
+)
 # --- structured head weights (Theorem 7.1) ---
 from .weighting import (
     HeadRanking,
@@ -34,9 +46,25 @@ __all__ = [
     "nadaraya_watson",
     "nadaraya_watson_weights",
     "glue",
+    "glue_figure",
+    "glue_math",
     "resolve_device",
     # --- Monte Carlo engine names ---
+    "Decomposition",
+    "IntegratedDecomposition",
+    "RegressionTask",
+    "TASKS",
+    "decompose",
+    "make_task",
+    "simulate",
     # --- subspace names ---
+    "NORMALIZATIONS",
+    "cross_gram",
+    "equiangular_heads",
+    "hdi",
+    "orthonormal_basis",
+    "principal_angles",
+    "random_subspaces",
     # --- weighting names ---
     "HeadRanking",
     "assign_by_rank",

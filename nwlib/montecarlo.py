@@ -8,7 +8,6 @@ the heads at fixed points. The predictions, shape (R, H, m), are what
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import torch
@@ -24,7 +23,7 @@ from ._validation import (
 from .kernels import KERNELS, nadaraya_watson
 from .tasks import RegressionTask
 
-__all__ = ["simulate", "bytes_per_replicate", "HEAD_DATA", "DEFAULT_MEMORY_BUDGET"]
+__all__ = ["simulate", "bytes_per_replicate", "HEAD_DATA", "DEFAULT_MEMORY_BUDGET", "DATA_BLOCK"]
 
 HEAD_DATA: tuple[str, ...] = ("shared", "independent")
 """Values accepted by the ``head_data`` argument of :func:`simulate`."""
@@ -72,6 +71,51 @@ def _check_projections(name: str, w: Tensor, reference: Tensor, dim: int) -> Ten
     if not bool(torch.isfinite(w).all()):
         raise ValueError(f"{name} must be finite")
     return w
+
+
+DATA_BLOCK: int = 16
+"""Replicates drawn per private generator seed in :func:`simulate` (fixes the random stream)."""
+
+
+class _DataBlocks:
+    """The training sets of replicates, drawn in fixed blocks of :data:`DATA_BLOCK`.
+
+    One seed per block is drawn from the caller's generator up front; block b is
+    then drawn from a private generator seeded with seeds[b]. The stream depends
+    on the block size, a constant, but not on how the caller chunks the
+    replicates, and drawing a block at a time keeps the many small tensor
+    operations of per-replicate draws out of the loop.
+    """
+
+    def __init__(self, task, n, replicates, draw_shape, generator, dtype):
+        self.task, self.n, self.replicates = task, n, replicates
+        self.draw_shape, self.dtype = draw_shape, dtype
+        count = -(-replicates // DATA_BLOCK)
+        self.seeds = torch.randint(
+            0, 2**62, (count,), generator=generator, device=generator.device
+        ).tolist()
+        self.private = torch.Generator(device=generator.device)
+        self.cached: tuple[int, Tensor, Tensor] | None = None
+
+    def block(self, b: int) -> tuple[Tensor, Tensor]:
+        if self.cached is None or self.cached[0] != b:
+            size = min(DATA_BLOCK, self.replicates - b * DATA_BLOCK)
+            self.private.manual_seed(self.seeds[b])
+            x, y = self.task.sample(
+                (size, *self.draw_shape), self.n, generator=self.private, dtype=self.dtype
+            )
+            self.cached = (b, x, y)
+        return self.cached[1], self.cached[2]
+
+    def get(self, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        first, last = start // DATA_BLOCK, (stop - 1) // DATA_BLOCK
+        parts = [self.block(b) for b in range(first, last + 1)]
+        offset = start - first * DATA_BLOCK
+        if len(parts) == 1:
+            x, y = parts[0]
+        else:
+            x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        return x[offset : offset + stop - start], y[offset : offset + stop - start]
 
 
 def simulate(
@@ -162,14 +206,16 @@ def simulate(
     *Memory.* Besides the returned R·H·m values, a chunk of c replicates holds
     about ``c * itemsize * (2 n D H_x + 8 H (n + m) max(d_k, 1))`` bytes
     (H_x = H for independent head data, else 1; see
-    :func:`bytes_per_replicate`); the fused attention kernel never forms the
+    :func:`bytes_per_replicate`), plus the data of one block of
+    :data:`DATA_BLOCK` replicates; the fused attention kernel never forms the
     (m, n) weight matrices. Memory is therefore bounded independently of R.
 
-    *Determinism.* One seed per replicate is drawn from ``generator`` first;
-    replicate r's data then come from a private generator seeded with that
-    seed. Results are therefore identical for every ``chunk_size`` (and so do
-    not depend on ``memory_budget``), and a seeded run reproduces bit for bit
-    on the CPU.
+    *Determinism.* The replicates are drawn in blocks of :data:`DATA_BLOCK`
+    (16): one seed per block is drawn from ``generator`` first, and block b
+    then comes from a private generator seeded with the b-th seed, inputs first
+    and noise second (``task.sample((block, *shape), n)``). The data are
+    therefore identical for every ``chunk_size`` (and so do not depend on
+    ``memory_budget``), and a seeded run reproduces bit for bit on the CPU.
 
     Examples
     --------
@@ -243,36 +289,26 @@ def simulate(
         chunk_size = require_positive_int(chunk_size, "chunk_size")
 
     device, dtype = eval_points.device, eval_points.dtype
-    # Seeds first, then data per replicate: the draws cannot depend on chunk_size.
-    seeds = torch.randint(
-        0, 2**62, (replicates,), generator=generator, device=generator.device
-    ).tolist()
-    private = torch.Generator(device=generator.device)
-    queries = eval_points @ w_q  # (H, m, d_k)
     draw_shape: tuple[int, ...] = (heads,) if head_data == "independent" else ()
+    blocks = _DataBlocks(task, n, replicates, draw_shape, generator, dtype)
+    queries = eval_points @ w_q  # (H, m, d_k)
     out = torch.empty(replicates, heads, m, dtype=dtype, device=device)
 
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # plain text bar: tqdm.auto warns in notebooks without ipywidgets
 
     with torch.no_grad(), tqdm(
         total=replicates, disable=not progress, desc="simulate", unit="rep"
     ) as bar:
         for start in range(0, replicates, chunk_size):
             stop = min(start + chunk_size, replicates)
-            xs, ys = [], []
-            for r in range(start, stop):
-                private.manual_seed(seeds[r])
-                x, y = task.sample(draw_shape, n, generator=private, dtype=dtype)
-                xs.append(x)
-                ys.append(y)
-            x, y = torch.stack(xs), torch.stack(ys)
+            x, y = blocks.get(start, stop)
             if head_data == "shared":
                 keys = x.unsqueeze(1) @ w_k  # (c, 1, n, D) @ (H, D, d_k) -> (c, H, n, d_k)
                 values = y.unsqueeze(1)  # (c, 1, n): broadcast over heads, never copied per head
             else:
                 keys = x @ w_k  # (c, H, n, D) @ (H, D, d_k)
                 values = y
-            del xs, ys, x
+            del x
             out[start:stop] = nadaraya_watson(queries, keys, values, kernel=kernel, bandwidth=bw)
             bar.update(stop - start)
     return out
