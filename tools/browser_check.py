@@ -91,13 +91,17 @@ PAGE_PROBE = """
   const images = [...document.querySelectorAll('article img')].map(img => ({
       src: img.getAttribute('src'), ok: img.complete && img.naturalWidth > 0}));
   const pasted = [...article.querySelectorAll('.pasted-text')].map(e => e.textContent.trim());
-  // myst-nb names pasted output images by their SHA-256; glue_math marks its equations.
+  // What a cross-page {glue} directive can paste: an output image (myst-nb names it by its
+  // SHA-256), an equation from nwlib.glue_math, or an HTML table (pandas DataFrame or Styler).
   const pastedBlocks = [...article.querySelectorAll('img')].filter(i => /_images\/[0-9a-f]{64}\./.test(i.getAttribute('src') || '')).length
-      + article.querySelectorAll('.glued-math').length;
+      + article.querySelectorAll('.glued-math, table.dataframe, table[id^="T_"]').length;
+  // Literal roles left in prose mean MyST did not parse them; code listings may quote them.
+  const prose = article.cloneNode(true);
+  prose.querySelectorAll('pre, code, .highlight, .cell_input').forEach(e => e.remove());
   return {
     raw, errors, images, pasted, pastedBlocks,
     math: article.querySelectorAll('mjx-container').length,
-    leftoverRoles: (article.innerText.match(/\\{glue[^}]*\\}|\\{prf:ref\\}|\\{cite:p\\}/g) || []),
+    leftoverRoles: (prose.textContent.match(/\\{glue[^}]*\\}|\\{prf:ref\\}|\\{cite:p\\}/g) || []),
     problematic: article.querySelectorAll('.problematic, .system-message').length,
   };
 }

@@ -71,18 +71,27 @@ def main(argv: list[str] | None = None) -> int:
             params["device"] = args.device
         start = time.perf_counter()
         print(f"[{args.profile}] executing {nb.relative_to(ROOT)}", flush=True)
-        papermill.execute_notebook(
-            str(nb),
-            str(out_dir / nb.name),
-            parameters=params,
-            kernel_name="python3",
-            cwd=str(out_dir),
-            progress_bar=False,
-        )
-        timings.append((nb.name, time.perf_counter() - start))
-    for name, seconds in timings:
-        print(f"  {seconds:7.1f} s  {name}")
-    print(f"  {sum(s for _, s in timings):7.1f} s  total (profile {args.profile})")
+        try:
+            papermill.execute_notebook(
+                str(nb),
+                str(out_dir / nb.name),
+                parameters=params,
+                kernel_name="python3",
+                cwd=str(out_dir),
+                progress_bar=False,
+            )
+            status = "ok"
+        except papermill.PapermillExecutionError as err:
+            # Keep going so that one run reports every failing notebook.
+            status = f"FAILED: {err.ename}: {err.evalue}"
+        timings.append((nb.name, time.perf_counter() - start, status))
+    for name, seconds, status in timings:
+        print(f"  {seconds:7.1f} s  {name}  {status}")
+    print(f"  {sum(t[1] for t in timings):7.1f} s  total (profile {args.profile})")
+    failed = [name for name, _, status in timings if status != "ok"]
+    if failed:
+        print(f"{len(failed)} notebook(s) raised: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
