@@ -241,9 +241,10 @@ def decompose(predictions: Tensor, target: Tensor, weights: Tensor | None = None
         raise ValueError(
             f"predictions must have shape (R, H, m), got {tuple(predictions.shape)}"
         )
-    if min(predictions.shape) < 1:
+    if predictions.shape[0] < 2 or min(predictions.shape[1:]) < 1:
+        # Variances, covariances and standard errors need at least two replicates.
         raise ValueError(
-            f"predictions must have R, H, m >= 1, got shape {tuple(predictions.shape)}"
+            f"predictions must have R >= 2 replicates and H, m >= 1, got shape {tuple(predictions.shape)}"
         )
     r_count, heads, m = predictions.shape
     target = require_tensor(target, "target")
