@@ -1,0 +1,167 @@
+"""The implementations :func:`nwlib.nadaraya_watson` is compared with.
+
+Each is what a reader would plausibly write instead, and each computes the same
+estimate, which :func:`benchmarks.run` checks on the benchmarked inputs themselves
+and ``tests/test_benchmarks_smoke.py`` checks on small ones:
+
+* :func:`materialised_softmax`: ``softmax(Q Kᵀ · scale) V`` in one batched torch
+  expression, which forms the (R, H, m, n) weight tensor;
+* :func:`numpy_loop`: a NumPy loop over replicates and heads, one (m, n) weight
+  matrix at a time, with the usual max-subtraction for stability;
+* :func:`statsmodels_nw`: statsmodels' ``KernelReg`` with the local-constant
+  (Nadaraya–Watson) estimator, a Gaussian product kernel and a fixed bandwidth;
+* :func:`identity_mha`: ``torch.nn.MultiheadAttention`` whose input and output
+  projections are identities, so that its heads are the NW estimators on the
+  given per-head queries, keys and values.
+
+Shapes follow :func:`nwlib.nadaraya_watson`: queries (R, H, m, d), keys
+(R, H, n, d), values (R, H, n) for scalar responses or (R, H, n, p) for vector ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "materialised_softmax",
+    "numpy_loop",
+    "statsmodels_nw",
+    "identity_mha",
+    "to_model_layout",
+    "from_model_layout",
+]
+
+
+def materialised_softmax(queries: Tensor, keys: Tensor, values: Tensor, scale: float) -> Tensor:
+    """``softmax(queries @ keys.mT * scale) @ values`` with the weight tensor formed.
+
+    Parameters
+    ----------
+    queries : Tensor, shape (..., m, d)
+    keys : Tensor, shape (..., n, d)
+    values : Tensor, shape (..., n) or (..., n, p)
+    scale : float
+        Multiplies the dot products; ``1/sqrt(d)`` is attention's scaling.
+
+    Returns
+    -------
+    Tensor, shape (..., m) or (..., m, p)
+    """
+    scalar = values.dim() == keys.dim() - 1
+    weights = torch.softmax(queries @ keys.mT * scale, dim=-1)
+    if scalar:
+        return (weights @ values.unsqueeze(-1)).squeeze(-1)
+    return weights @ values
+
+
+def numpy_loop(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, scale: float) -> np.ndarray:
+    """The NW/attention estimate with a Python loop over the leading (R, H) axes.
+
+    Parameters
+    ----------
+    queries : ndarray, shape (R, H, m, d)
+    keys : ndarray, shape (R, H, n, d)
+    values : ndarray, shape (R, H, n) or (R, H, n, p)
+    scale : float
+
+    Returns
+    -------
+    ndarray, shape (R, H, m) or (R, H, m, p), dtype of ``queries``
+    """
+    R, H, m, _ = queries.shape
+    out = np.empty((R, H, m) + values.shape[3:], dtype=queries.dtype)
+    scale = queries.dtype.type(scale)  # a Python float would promote float32 to float64
+    for r in range(R):
+        for h in range(H):
+            logits = queries[r, h] @ keys[r, h].T
+            logits *= scale
+            logits -= logits.max(axis=1, keepdims=True)
+            np.exp(logits, out=logits)
+            logits /= logits.sum(axis=1, keepdims=True)
+            out[r, h] = logits @ values[r, h]
+    return out
+
+
+def statsmodels_nw(
+    queries: np.ndarray, keys: np.ndarray, values: np.ndarray, bandwidth: float
+) -> np.ndarray:
+    """Gaussian-kernel NW estimate of one estimator by statsmodels' ``KernelReg``.
+
+    ``reg_type='lc'`` (local constant) with a fixed ``bw`` is exactly NW with
+    kernel ``exp(-||q - k||² / (2 h²))``; both must be passed, since the defaults
+    are local-linear regression and a cross-validated bandwidth.
+
+    Parameters
+    ----------
+    queries : ndarray, shape (m, d)
+    keys : ndarray, shape (n, d)
+    values : ndarray, shape (n,)
+    bandwidth : float
+        h, the same in every coordinate.
+
+    Returns
+    -------
+    ndarray, shape (m,), float64
+    """
+    from statsmodels.nonparametric.kernel_regression import KernelReg
+
+    d = keys.shape[1]
+    model = KernelReg(
+        endog=np.asarray(values, dtype=np.float64),
+        exog=np.asarray(keys, dtype=np.float64),
+        var_type="c" * d,
+        reg_type="lc",
+        bw=np.full(d, float(bandwidth)),
+        ckertype="gaussian",
+        rng=np.random.default_rng(0),  # unused with a fixed bw; silences a FutureWarning
+    )
+    mean, _ = model.fit(np.asarray(queries, dtype=np.float64))
+    return np.asarray(mean)
+
+
+def identity_mha(
+    num_heads: int, head_dim: int, *, dtype: torch.dtype, device: torch.device | str
+) -> torch.nn.MultiheadAttention:
+    """An eval-mode ``nn.MultiheadAttention`` whose projections are identities.
+
+    Head h then attends with columns ``h*head_dim:(h+1)*head_dim`` of its inputs
+    as queries, keys and values, and the output concatenates the heads, so it
+    computes the NW estimators of :func:`nwlib.nadaraya_watson` (default kernel)
+    plus the cost of four (unnecessary) projections, which is what the module
+    costs a reader who uses it for this.
+
+    Parameters
+    ----------
+    num_heads, head_dim : int
+        H and d; the embedding dimension is ``num_heads * head_dim``.
+    dtype : torch.dtype
+    device : torch.device or str
+
+    Returns
+    -------
+    torch.nn.MultiheadAttention
+        With ``batch_first=True``; inputs of shape (R, m, H*d) (see :func:`to_model_layout`).
+    """
+    embed = num_heads * head_dim
+    mha = torch.nn.MultiheadAttention(embed, num_heads, batch_first=True, dtype=dtype, device=device)
+    with torch.no_grad():
+        eye = torch.eye(embed, dtype=dtype, device=device)
+        mha.in_proj_weight.copy_(torch.cat([eye, eye, eye]))
+        mha.in_proj_bias.zero_()
+        mha.out_proj.weight.copy_(eye)
+        mha.out_proj.bias.zero_()
+    return mha.eval()
+
+
+def to_model_layout(x: Tensor) -> Tensor:
+    """(R, H, L, d) per-head tensors to the (R, L, H*d) layout of ``nn.MultiheadAttention``."""
+    R, H, L, d = x.shape
+    return x.permute(0, 2, 1, 3).reshape(R, L, H * d).contiguous()
+
+
+def from_model_layout(y: Tensor, num_heads: int) -> Tensor:
+    """(R, L, H*d) back to (R, H, L, d); the inverse of :func:`to_model_layout`."""
+    R, L, E = y.shape
+    return y.reshape(R, L, num_heads, E // num_heads).permute(0, 2, 1, 3)
