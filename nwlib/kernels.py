@@ -76,18 +76,23 @@ def _bandwidth(
 
 def _scaled_inputs(
     queries: Tensor, keys: Tensor, kernel: str, bandwidth: object
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Rescale so that the kernel's log-weights are ⟨q', k'⟩ + mask(k')."""
+) -> tuple[Tensor, Tensor, Tensor | None, float]:
+    """Inputs, additive mask and scale such that the log-weights are scale·⟨q', k'⟩ + mask(k')."""
     h = _bandwidth(bandwidth, kernel, queries.shape[-1], queries)
     if kernel == "gaussian":
         # The Gaussian kernel is translation invariant; centring on the key mean keeps
         # ⟨q, k⟩ and ‖k‖² small, which is what float32 accuracy depends on.
         centre = keys.mean(dim=-2, keepdim=True)
         queries, keys = queries - centre, keys - centre
-    # Splitting 1/h² as (1/h)·(1/h) over queries and keys balances their magnitudes.
+    if isinstance(h, float):
+        # A scalar bandwidth goes to the kernel as its scale: no rescaled copies of the inputs.
+        mask = -0.5 * keys.pow(2).sum(-1) / (h * h) if kernel == "gaussian" else None
+        return queries, keys, mask, 1.0 / (h * h)
+    # One bandwidth per batch element: split 1/h² as (1/h)·(1/h) over queries and keys,
+    # which balances their magnitudes.
     queries, keys = queries / h, keys / h
     mask = -0.5 * keys.pow(2).sum(-1) if kernel == "gaussian" else None
-    return queries, keys, mask
+    return queries, keys, mask, 1.0
 
 
 def nadaraya_watson(
@@ -167,12 +172,14 @@ def nadaraya_watson(
     if isinstance(bandwidth, Tensor):
         shapes["bandwidth"] = bandwidth.shape  # one bandwidth per batch element broadcasts too
     batch = broadcast_batch(shapes)
-    q, k, mask = _scaled_inputs(queries, keys, kernel, bandwidth)
-    out = _attention(q, k, values, mask, batch)
+    q, k, mask, scale = _scaled_inputs(queries, keys, kernel, bandwidth)
+    out = _attention(q, k, values, mask, batch, scale)
     return out.squeeze(-1) if scalar else out
 
 
-def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, batch: torch.Size) -> Tensor:
+def _attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, batch: torch.Size, scale: float
+) -> Tensor:
     m, n, d, p = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     # The CPU flash kernel needs q, k and v of one width; otherwise SDPA silently takes
     # a much slower path (about 8x for scalar responses). Zero padding changes no dot
@@ -189,7 +196,7 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, batch: torc
     mask4 = None
     if mask is not None:
         mask4 = mask.unsqueeze(-2).expand(*batch, 1, n).reshape(b, 1, 1, n)
-    out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask4, dropout_p=0.0, scale=1.0)
+    out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask4, dropout_p=0.0, scale=scale)
     return out[..., :p].reshape(*batch, m, p)
 
 
