@@ -39,6 +39,7 @@ def fixture_book(tmp_path_factory) -> Path:
 
     src = tmp_path_factory.mktemp("book") / "src"
     shutil.copytree(ROOT / "tests" / "browser_fixture", src)
+    (src / "notebooks").mkdir(exist_ok=True)  # git keeps no empty folder
     config = src / "_config.yml"
     config.write_text(config.read_text().replace("@BOOK_EXT@", str(ROOT / "book" / "_ext")))
     nb = nbformat.v4.new_notebook()
