@@ -77,3 +77,34 @@ def broadcast_batch(shapes: dict[str, torch.Size]) -> torch.Size:
     except RuntimeError:
         described = ", ".join(f"{k} {tuple(v)}" for k, v in shapes.items())
         raise ValueError(f"batch dimensions do not broadcast: {described}") from None
+
+
+def require_generator(generator: object, device: torch.device | None = None, *, device_name: str = "device") -> torch.Generator:
+    """A ``torch.Generator``, on the device type of ``device`` when one is given."""
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if device is not None and generator.device.type != torch.device(device).type:
+        raise ValueError(f"generator is on {generator.device} but {device_name} is {device}")
+    return generator
+
+
+def require_predictions_target(
+    predictions: object, target: object, *, min_replicates: int = 1
+) -> tuple[Tensor, Tensor]:
+    """Monte Carlo output of shape (R, H, m) and the target at the m points, shape (m,)."""
+    predictions = require_tensor(predictions, "predictions")
+    if predictions.dim() != 3:
+        raise ValueError(f"predictions must have shape (R, H, m), got {tuple(predictions.shape)}")
+    if predictions.shape[0] < min_replicates or min(predictions.shape[1:]) < 1:
+        raise ValueError(
+            f"predictions must have R >= {min_replicates} replicates and H, m >= 1, "
+            f"got shape {tuple(predictions.shape)}"
+        )
+    target = require_tensor(target, "target")
+    require_same_dtype_device(predictions, "predictions", target=target)
+    if target.shape != predictions.shape[-1:]:
+        raise ValueError(
+            f"target must have shape (m,) = ({predictions.shape[-1]},) to match predictions "
+            f"{tuple(predictions.shape)}, got {tuple(target.shape)}"
+        )
+    return predictions, target

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ._validation import require_same_dtype_device, require_tensor
+from ._validation import require_predictions_target, require_same_dtype_device, require_tensor
 
 __all__ = ["decompose", "Decomposition", "IntegratedDecomposition"]
 
@@ -236,24 +236,9 @@ def decompose(predictions: Tensor, target: Tensor, weights: Tensor | None = None
     >>> bool(torch.allclose(dec.mse, dec.bias_sq + dec.variance + dec.covariance))
     True
     """
-    predictions = require_tensor(predictions, "predictions")
-    if predictions.dim() != 3:
-        raise ValueError(
-            f"predictions must have shape (R, H, m), got {tuple(predictions.shape)}"
-        )
-    if predictions.shape[0] < 2 or min(predictions.shape[1:]) < 1:
-        # Variances, covariances and standard errors need at least two replicates.
-        raise ValueError(
-            f"predictions must have R >= 2 replicates and H, m >= 1, got shape {tuple(predictions.shape)}"
-        )
+    # Variances, covariances and standard errors need at least two replicates.
+    predictions, target = require_predictions_target(predictions, target, min_replicates=2)
     r_count, heads, m = predictions.shape
-    target = require_tensor(target, "target")
-    require_same_dtype_device(predictions, "predictions", target=target)
-    if target.shape != (m,):
-        raise ValueError(
-            f"target must have shape (m,) = ({m},) to match predictions {tuple(predictions.shape)}, "
-            f"got {tuple(target.shape)}"
-        )
     if weights is None:
         weights = torch.full((heads,), 1.0 / heads, dtype=predictions.dtype, device=predictions.device)
     else:

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ._validation import (
+    require_generator,
     require_choice,
     require_positive_finite,
     require_positive_int,
@@ -250,12 +251,7 @@ def simulate(
             )
     n = require_positive_int(n, "n")
     replicates = require_positive_int(replicates, "replicates")
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-    if generator.device.type != eval_points.device.type:
-        raise ValueError(
-            f"generator is on {generator.device} but eval_points is on {eval_points.device}"
-        )
+    require_generator(generator, eval_points.device, device_name="eval_points' device")
     require_choice(kernel, "kernel", KERNELS)
     require_choice(head_data, "head_data", HEAD_DATA)
     heads, dim, d_k = w_k.shape

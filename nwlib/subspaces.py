@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from ._validation import (
+    require_generator,
     broadcast_batch,
     require_choice,
     require_positive_int,
@@ -334,14 +335,6 @@ def _haar_orthonormal(
     return Q * signs.unsqueeze(-2)
 
 
-def _check_generator(generator: object, device: torch.device) -> torch.Generator:
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-    if generator.device.type != device.type:
-        raise ValueError(f"generator is on {generator.device} but device is {device}")
-    return generator
-
-
 def equiangular_heads(
     angle: float | Tensor,
     *,
@@ -443,7 +436,7 @@ def equiangular_heads(
         start = s + (h + 1) * r
         Q[..., h, start : start + r, s:] = sn[..., None, None] * eye_r
     if generator is not None:
-        _check_generator(generator, device)
+        require_generator(generator, device)
         R = _haar_orthonormal((*batch, H), k, k, generator, dtype, device)
         Q = Q @ R
     return Q
@@ -493,10 +486,9 @@ def random_subspaces(
     D = require_positive_int(dim, "dim")
     if k > D:
         raise ValueError(f"head_dim must be <= dim, got head_dim={k}, dim={D}")
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    require_generator(generator)
     device = generator.device if device is None else torch.device(device)
-    _check_generator(generator, device)
+    require_generator(generator, device)
     if not isinstance(batch_shape, tuple) or not all(
         isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in batch_shape
     ):

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ._validation import require_choice, require_positive_int, require_tensor
+from ._validation import require_choice, require_generator, require_positive_int, require_tensor
 
 __all__ = ["RegressionTask", "make_task", "TASKS"]
 
@@ -137,8 +137,7 @@ class RegressionTask:
             On a negative entry of ``batch_shape``, ``n`` < 1, or a ``device``
             that differs from the generator's.
         """
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        require_generator(generator)
         if not isinstance(batch_shape, (tuple, list, torch.Size)) or not all(
             isinstance(b, int) and not isinstance(b, bool) for b in batch_shape
         ):

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ._validation import (
+    require_predictions_target,
     require_positive_int,
     require_same_dtype_device,
     require_tensor,
@@ -296,22 +297,6 @@ def combination_mse(weights: Tensor, M: Tensor) -> Tensor:
     return torch.einsum("...h,...hg,...g->...", weights, M, weights)
 
 
-def _check_predictions(predictions: object, target: object) -> tuple[Tensor, Tensor]:
-    predictions = require_tensor(predictions, "predictions", min_dim=3)
-    if predictions.dim() != 3:
-        raise ValueError(f"predictions must have shape (R, H, m), got {tuple(predictions.shape)}")
-    target = require_tensor(target, "target", min_dim=1)
-    require_same_dtype_device(predictions, "predictions", target=target)
-    if target.dim() != 1 or target.shape[0] != predictions.shape[-1]:
-        raise ValueError(
-            "target must have shape (m,) matching predictions (R, H, m): "
-            f"predictions {tuple(predictions.shape)}, target {tuple(target.shape)}"
-        )
-    if predictions.shape[0] < 1 or predictions.shape[1] < 1 or predictions.shape[2] < 1:
-        raise ValueError(f"predictions must be non-empty, got shape {tuple(predictions.shape)}")
-    return predictions, target
-
-
 def error_second_moments(predictions: Tensor, target: Tensor) -> Tensor:
     r"""Monte Carlo estimate of the heads' error second-moment matrix M.
 
@@ -335,7 +320,7 @@ def error_second_moments(predictions: Tensor, target: Tensor) -> Tensor:
     Tensor, shape (H, H)
         Symmetric positive semi-definite; dtype and device of ``predictions``.
     """
-    predictions, target = _check_predictions(predictions, target)
+    predictions, target = require_predictions_target(predictions, target)
     errors = predictions - target
     R, _, m = errors.shape
     flat = errors.permute(1, 0, 2).reshape(errors.shape[1], R * m)
@@ -375,7 +360,7 @@ def rank_heads(predictions: Tensor, target: Tensor) -> HeadRanking:
         ``order`` (H,) int64 on the device of ``predictions``, ``head_mse`` (H,)
         and ``head_mse_se`` (H,) (zero when R = 1).
     """
-    predictions, target = _check_predictions(predictions, target)
+    predictions, target = require_predictions_target(predictions, target)
     per_rep = (predictions - target).pow(2).mean(-1)  # (R, H)
     R = per_rep.shape[0]
     head_mse = per_rep.mean(0)
@@ -445,7 +430,7 @@ def replicate_mse(predictions: Tensor, target: Tensor, weights: Tensor) -> Tenso
     -------
     Tensor, shape (..., R)
     """
-    predictions, target = _check_predictions(predictions, target)
+    predictions, target = require_predictions_target(predictions, target)
     weights = require_tensor(weights, "weights", min_dim=1)
     require_same_dtype_device(predictions, "predictions", weights=weights)
     if weights.shape[-1] != predictions.shape[1]:
