@@ -3,16 +3,19 @@
 The library behind the companion book to Fokoué, *Multi-Head Attention as
 Ensemble Nadaraya-Watson Estimation* (arXiv:2605.20271). The public names are
 listed in ``__all__``; implementation lives in the submodules, one concept each.
+One name per concept throughout, torch's where torch has one: ``num_heads`` (H),
+``embed_dim`` (D), ``head_dim`` (d_k). The book's tooling (glue) lives in
+:mod:`nwlib.book`, outside this namespace.
 """
 
 from .device import resolve_device
 from .kernels import KERNELS, nadaraya_watson, nadaraya_watson_weights
 from .multihead import MultiHeadNW
-from .reporting import glue, glue_figure, glue_math
+from .bandwidth import BandwidthSelection, loo_cv_score, select_bandwidth
 
 # --- Monte Carlo engine (Theorem 3.1) ---
-from .decomposition import Decomposition, IntegratedDecomposition, decompose
-from .montecarlo import simulate
+from .decomposition import Decomposition, IntegratedDecomposition, decompose, noise_covariance
+from .montecarlo import MemoryEstimate, memory_estimate, simulate
 from .tasks import TASKS, RegressionTask, make_task
 # --- subspaces and the Head Diversity Index (Theorem 4.2) ---
 from .subspaces import (
@@ -32,30 +35,35 @@ from .weighting import (
     error_second_moments,
     fibonacci_weights,
     geometric_weights,
+    least_squares_weights,
     optimal_weights,
     rank_heads,
     replicate_mse,
     uniform_weights,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "KERNELS",
     "MultiHeadNW",
     "nadaraya_watson",
     "nadaraya_watson_weights",
-    "glue",
-    "glue_figure",
-    "glue_math",
     "resolve_device",
+    # --- bandwidth selection ---
+    "BandwidthSelection",
+    "loo_cv_score",
+    "select_bandwidth",
     # --- Monte Carlo engine names ---
     "Decomposition",
     "IntegratedDecomposition",
+    "MemoryEstimate",
     "RegressionTask",
     "TASKS",
     "decompose",
     "make_task",
+    "memory_estimate",
+    "noise_covariance",
     "simulate",
     # --- subspace names ---
     "NORMALIZATIONS",
@@ -72,6 +80,7 @@ __all__ = [
     "error_second_moments",
     "fibonacci_weights",
     "geometric_weights",
+    "least_squares_weights",
     "optimal_weights",
     "rank_heads",
     "replicate_mse",

@@ -45,13 +45,70 @@ def require_same_dtype_device(reference: Tensor, reference_name: str, **others: 
             )
 
 
-def require_positive_finite(value: object, name: str) -> float:
+def require_real(
+    value: object,
+    name: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    strict_minimum: bool = False,
+) -> float:
+    """A finite real number (not a bool, not a tensor) in ``[minimum, maximum]``, as a float.
+
+    ``strict_minimum`` makes the lower end open (``> minimum``). This is the one
+    check of Python numbers in the library; tensors are checked by the caller,
+    because reading a tensor's value syncs with its device.
+    """
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     value = float(value)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {value}")
+    low_ok = minimum is None or (value > minimum if strict_minimum else value >= minimum)
+    high_ok = maximum is None or value <= maximum
+    if not math.isfinite(value) or not low_ok or not high_ok:
+        low = "" if minimum is None else f"{'>' if strict_minimum else '>='} {minimum:g}"
+        high = "" if maximum is None else f"<= {maximum:g}"
+        bounds = " and ".join(b for b in (low, high) if b)
+        raise ValueError(f"{name} must be finite{' and ' + bounds if bounds else ''}, got {value}")
     return value
+
+
+def require_positive_finite(value: object, name: str) -> float:
+    """Shorthand for :func:`require_real` with ``> 0``."""
+    return require_real(value, name, minimum=0.0, strict_minimum=True)
+
+
+def require_dtype(dtype: object, name: str = "dtype", *, default: torch.dtype | None = None) -> torch.dtype:
+    """A floating ``torch.dtype``; ``None`` gives ``default`` (torch's default dtype if not given)."""
+    if dtype is None:
+        return default if default is not None else torch.get_default_dtype()
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point torch.dtype, got {dtype!r}")
+    return dtype
+
+
+def require_device(device: object, name: str = "device", *, default: torch.device | None = None) -> torch.device:
+    """Parse a device given as ``torch.device`` or string; ``None`` gives ``default`` (CPU if not given).
+
+    The one device parser of the library: it checks the form, not availability
+    (see :func:`nwlib.resolve_device` for that).
+    """
+    if device is None:
+        return default if default is not None else torch.device("cpu")
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, str):
+        try:
+            return torch.device(device)
+        except RuntimeError as err:
+            raise ValueError(f"{name} {device!r} is not a valid device: {err}") from None
+    raise TypeError(f"{name} must be a str or torch.device, got {type(device).__name__}")
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether two devices are the same, with ``cuda`` meaning the current ``cuda:i``."""
+    if a.type != b.type:
+        return False
+    return a.index is None or b.index is None or a.index == b.index
 
 
 def require_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
@@ -83,7 +140,7 @@ def require_generator(generator: object, device: torch.device | None = None, *, 
     """A ``torch.Generator``, on the device type of ``device`` when one is given."""
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-    if device is not None and generator.device.type != torch.device(device).type:
+    if device is not None and not same_device(generator.device, require_device(device)):
         raise ValueError(f"generator is on {generator.device} but {device_name} is {device}")
     return generator
 

@@ -9,10 +9,16 @@ has
         + \sum_h \alpha_h^2 V_h + \sum_{h \ne h'} \alpha_h \alpha_{h'} C_{hh'},
 
 with :math:`V_h = \Var \hat f_h` and :math:`C_{hh'} = \Cov(\hat f_h, \hat f_{h'})`.
-The identity is algebraic: it holds for any distribution of the estimates, in
-particular for the empirical distribution of R Monte Carlo replicates, i.e.
-with population (1/R) moments. :func:`decompose` uses those moments, so its
-terms add up to its directly computed MSE to rounding.
+The terms are estimated from R Monte Carlo replicates without bias:
+variances and covariances with the R − 1 denominator, and the squared bias as
+:math:`(\bar f - f)^2 - \widehat{\Var}(\hat f)/R`, because the squared
+replicate mean :math:`(\bar f - f)^2` overshoots :math:`(\E\hat f - f)^2`
+by the Monte Carlo variance of the mean, :math:`\Var(\hat f)/R`. With these
+estimators the identity still holds exactly: their sum is
+:math:`(\bar f - f)^2 + \frac{R-1}{R}\widehat{\Var}(\hat f)`, the mean over the
+replicates of :math:`(\hat f - f)^2`, so the terms add up to the directly
+computed MSE to rounding. The unbiased squared bias can be slightly negative
+when the bias is small against :math:`\sqrt{\Var(\hat f)/R}`.
 """
 
 from __future__ import annotations
@@ -23,9 +29,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ._validation import require_predictions_target, require_same_dtype_device, require_tensor
+from ._validation import require_predictions_target, require_real, require_same_dtype_device, require_tensor
 
-__all__ = ["decompose", "Decomposition", "IntegratedDecomposition"]
+__all__ = ["decompose", "Decomposition", "IntegratedDecomposition", "noise_covariance"]
 
 
 @dataclass(frozen=True)
@@ -80,8 +86,8 @@ class IntegratedDecomposition:
 class Decomposition:
     r"""Per-point bias–variance–covariance decomposition of a weighted ensemble.
 
-    Built by :func:`decompose`. All moments are population (1/R) moments over
-    the R replicates.
+    Built by :func:`decompose`. Every term is an unbiased estimate from the R
+    replicates (see the module docstring).
 
     Attributes
     ----------
@@ -93,7 +99,8 @@ class Decomposition:
         Mean over replicates of :math:`(\sum_h \alpha_h \hat f_h - f)^2`,
         computed directly from the predictions.
     bias_sq : Tensor, shape (m,)
-        :math:`(\sum_h \alpha_h \bar f_h - f)^2`.
+        :math:`(\sum_h \alpha_h \bar f_h - f)^2` minus the Monte Carlo variance
+        of that mean, (variance + covariance)/R: unbiased for the squared bias.
     variance : Tensor, shape (m,)
         :math:`\sum_h \alpha_h^2 V_h`.
     covariance : Tensor, shape (m,)
@@ -135,36 +142,50 @@ class Decomposition:
         Notes
         -----
         The jackknife needs the R delete-one estimates of each integrated term.
-        They have closed forms, so no (R, H, m) copy is made: with
+        They have closed forms, computed head by head, so this method makes no
+        (R, H, m) copy (only (R, m) ones): with
         :math:`d_r = \hat f^{(r)} - \bar f` the centred ensemble prediction and
         :math:`S` a population variance over R replicates, deleting replicate r
         gives :math:`S_{(-r)} = \frac{R}{R-1}\big(S - \frac{d_r^2}{R-1}\big)` and
-        :math:`\bar f_{(-r)} = \bar f - d_r/(R-1)`. The delete-one values and
-        standard errors are computed in float64.
+        :math:`\bar f_{(-r)} = \bar f - d_r/(R-1)`; the unbiased delete-one terms
+        follow from these population ones as in the full sample (the jackknife
+        therefore needs R >= 3). The delete-one values and standard errors are
+        computed in float64.
         """
         p = self.predictions
         r_count = p.shape[0]
         alpha = self.weights
-        centred = p - p.mean(dim=0)
-        ensemble = torch.einsum("rhm,h->rm", p, alpha)
-        d = ensemble - self.ensemble_mean  # (R, m)
+        head_mean = p.mean(dim=0)  # (H, m)
+        errors = ensemble_error(p, self.target, alpha)  # (R, m)
         err = self.ensemble_mean - self.target  # (m,)
+        d = errors - err  # (R, m): the centred ensemble prediction
 
-        sq_err = (ensemble - self.target).pow(2).mean(dim=-1).double()  # (R,) integrated SE
+        sq_err = errors.pow(2).mean(dim=-1).double()  # (R,) integrated squared errors
         mse_se = float(sq_err.std(correction=1) / math.sqrt(r_count)) if r_count > 1 else math.nan
 
         bias = float(self.bias_sq.double().mean())
         var = float(self.variance.double().mean())
-        ens_var = float(self.ensemble_variance.double().mean())
-        if r_count > 1:
+        if r_count > 2:
             k = r_count - 1
+            # Population (1/R) versions of the integrated terms, from the unbiased ones.
+            var_pop = var * k / r_count
+            ens_var_pop = float(self.ensemble_variance.double().mean()) * k / r_count
+            bias_pop = float(err.double().pow(2).mean())
             d_sq = d.pow(2).mean(dim=-1).double()  # (R,)
-            head_sq = torch.einsum("rhm,h->r", centred.pow(2), alpha.pow(2)).double() / p.shape[-1]
+            head_sq = sum(
+                (p[:, h] - head_mean[h]).pow(2).mean(dim=-1).double() * alpha[h].double().pow(2)
+                for h in range(p.shape[1])
+            )
             cross = (d * err).mean(dim=-1).double()
-            bias_loo = bias - 2.0 * cross / k + d_sq / k**2
-            var_loo = (r_count / k) * (var - head_sq / k)
-            ens_var_loo = (r_count / k) * (ens_var - d_sq / k)
+            # Delete-one population terms (R - 1 replicates left) ...
+            bias_pop_loo = bias_pop - 2.0 * cross / k + d_sq / k**2
+            var_pop_loo = (r_count / k) * (var_pop - head_sq / k)
+            ens_var_pop_loo = (r_count / k) * (ens_var_pop - d_sq / k)
+            # ... and the unbiased ones, as decompose would compute them on those replicates.
+            var_loo = var_pop_loo * k / (k - 1)
+            ens_var_loo = ens_var_pop_loo * k / (k - 1)
             cov_loo = ens_var_loo - var_loo
+            bias_loo = bias_pop_loo - ens_var_loo / k
             bias_se, var_se, cov_se = (_jackknife_se(t) for t in (bias_loo, var_loo, cov_loo))
         else:
             bias_se = var_se = cov_se = math.nan
@@ -191,6 +212,15 @@ class Decomposition:
             mean_head_covariance=mean_cov,
             replicates=r_count,
         )
+
+
+def ensemble_error(predictions: Tensor, target: Tensor, weights: Tensor) -> Tensor:
+    r"""The weighted ensemble's error, shape (..., R, m), for weights of shape (..., H).
+
+    The one place where the library forms :math:`\sum_h \alpha_h \hat f_h - f`;
+    identity weights give each head's own error. Arguments are checked by the callers.
+    """
+    return torch.einsum("...h,rhm->...rm", weights, predictions) - target
 
 
 def _jackknife_se(leave_one_out: Tensor) -> float:
@@ -227,6 +257,12 @@ def decompose(predictions: Tensor, target: Tensor, weights: Tensor | None = None
     ValueError
         On wrong shapes, mixed devices, or non-finite ``weights``.
 
+    Notes
+    -----
+    Memory: besides the (H, H, m) covariances, the call holds one centred
+    (R, H, m) copy of ``predictions`` (for the covariances) and (R, m) ensemble
+    errors; the returned object keeps a reference to ``predictions``.
+
     Examples
     --------
     >>> import torch
@@ -254,22 +290,22 @@ def decompose(predictions: Tensor, target: Tensor, weights: Tensor | None = None
 
     head_mean = predictions.mean(dim=0)  # (H, m)
     centred = predictions - head_mean
-    head_cov = torch.einsum("rhm,rgm->hgm", centred, centred) / r_count
+    head_cov = torch.einsum("rhm,rgm->hgm", centred, centred) / (r_count - 1)
     head_var = torch.diagonal(head_cov, dim1=0, dim2=1).mT.contiguous()  # (H, m)
     sd = head_var.sqrt()
     denom = sd[:, None, :] * sd[None, :, :]
     head_corr = torch.where(denom > 0, head_cov / denom, torch.full_like(head_cov, math.nan))
 
     ensemble_mean = weights @ head_mean
-    ensemble = torch.einsum("rhm,h->rm", predictions, weights)
-    mse = (ensemble - target).pow(2).mean(dim=0)
-    bias_sq = (ensemble_mean - target).pow(2)
+    mse = ensemble_error(predictions, target, weights).pow(2).mean(dim=0)
     variance = weights.pow(2) @ head_var
     # Summing the off-diagonal terms directly (not total minus diagonal) keeps a small
     # covariance accurate when the variances are large.
     off = ~torch.eye(heads, dtype=torch.bool, device=predictions.device)
     off_cov = head_cov * off[:, :, None]
     covariance = torch.einsum("h,hgm,g->m", weights, off_cov, weights)
+    # (mean - f)² overshoots the squared bias by the variance of the mean, Var/R.
+    bias_sq = (ensemble_mean - target).pow(2) - (variance + covariance) / r_count
     return Decomposition(
         weights=weights,
         ensemble_mean=ensemble_mean,
@@ -283,3 +319,50 @@ def decompose(predictions: Tensor, target: Tensor, weights: Tensor | None = None
         predictions=predictions,
         target=target,
     )
+
+
+def noise_covariance(weights: Tensor, noise_sd: float | Tensor) -> Tensor:
+    r"""The part of the heads' covariance that the shared noise alone causes, given the design.
+
+    For linear smoothers fitted on one training set, :math:`\hat f_h(x) = \sum_i
+    w^h_i(x)\, y_i` with :math:`y_i = f(x_i) + \sigma\varepsilon_i`, so given the
+    inputs :math:`\operatorname{Cov}(\hat f_h(x), \hat f_{h'}(x) \mid X) =
+    \sigma^2 \sum_i w^h_i(x)\, w^{h'}_i(x)`. For Nadaraya–Watson weights, which are
+    non-negative, this is >= 0 for every pair: heads that share their data cannot be
+    decorrelated by their projections alone (the shared-data floor).
+
+    Parameters
+    ----------
+    weights : Tensor, shape (..., H, m, n)
+        Each head's weight matrix at the m points (e.g. from
+        :func:`nwlib.nadaraya_watson_weights`; this materialises (m, n) per head).
+    noise_sd : float or Tensor broadcastable to (...)
+        σ.
+
+    Returns
+    -------
+    Tensor, shape (..., H, H, m)
+        :math:`\sigma^2 \sum_i w^h_i(x_j) w^{h'}_i(x_j)`; averaging it over designs
+        gives the noise part of the covariance in Theorem 3.1.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``weights`` is not a floating tensor with at least 3 dimensions, or
+        ``noise_sd`` is negative or not finite.
+
+    Examples
+    --------
+    >>> import torch
+    >>> w = torch.tensor([[[0.5, 0.5, 0.0]], [[0.0, 0.5, 0.5]]])  # two heads, one point, n = 3
+    >>> noise_covariance(w, 2.0)[:, :, 0]
+    tensor([[2., 1.],
+            [1., 2.]])
+    """
+    weights = require_tensor(weights, "weights", min_dim=3)
+    if isinstance(noise_sd, Tensor):
+        require_same_dtype_device(weights, "weights", noise_sd=noise_sd)
+        var = noise_sd.pow(2)[..., None, None, None]
+    else:
+        var = require_real(noise_sd, "noise_sd", minimum=0.0) ** 2
+    return var * torch.einsum("...hmn,...gmn->...hgm", weights, weights)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ._validation import require_device
+
 __all__ = ["resolve_device"]
 
 
@@ -27,23 +29,23 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         If ``device`` is neither a string nor a ``torch.device``.
     ValueError
         If ``device`` names an unknown device type or one that is not available.
+
+    Examples
+    --------
+    >>> from nwlib import resolve_device
+    >>> resolve_device("cpu")
+    device(type='cpu')
     """
-    if isinstance(device, torch.device):
-        resolved = device
-    elif isinstance(device, str):
-        if device == "auto":
-            if torch.cuda.is_available():
-                return torch.device("cuda")
-            mps = getattr(torch.backends, "mps", None)
-            if mps is not None and mps.is_available():
-                return torch.device("mps")
-            return torch.device("cpu")
-        try:
-            resolved = torch.device(device)
-        except RuntimeError as err:
-            raise ValueError(f"device {device!r} is not a valid device: {err}") from None
-    else:
-        raise TypeError(f"device must be a str or torch.device, got {type(device).__name__}")
+    if isinstance(device, str) and device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if device is None:
+        raise TypeError("device must be a str or torch.device, got NoneType")
+    resolved = require_device(device)
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(resolved)!r} requested but CUDA is not available")
     if resolved.type == "mps":

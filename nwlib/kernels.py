@@ -55,10 +55,29 @@ def _check_qk(queries: object, keys: object) -> tuple[Tensor, Tensor]:
     return queries, keys
 
 
+def _values_checkable(t: Tensor) -> bool:
+    """Whether reading ``t``'s values on the host is free: a plain CPU tensor.
+
+    On an accelerator the read would wait for the device on every call, and under a
+    ``torch.func`` transform (``vmap``, ``grad``) the values are not concrete at all.
+    """
+    return t.device.type == "cpu" and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+def _require_positive_finite_tensor(t: Tensor, name: str) -> None:
+    """Raise unless every entry is finite and > 0; skipped where that needs a host sync."""
+    if _values_checkable(t) and not bool((torch.isfinite(t) & (t > 0)).all()):
+        raise ValueError(f"{name} must be finite and > 0 everywhere")
+
+
 def _bandwidth(
     bandwidth: object, kernel: str, dim: int, reference: Tensor
 ) -> float | Tensor:
-    """Return h as a float, or as a tensor of shape (*batch, 1, 1) ready to broadcast."""
+    """Return h as a float, or as a tensor of shape (*batch, 1, 1) ready to broadcast.
+
+    Every tensor, 0-dim ones included, stays a tensor, so that gradients with respect
+    to it flow and ``torch.func.vmap`` can batch over it.
+    """
     if bandwidth is None:
         if kernel == "gaussian":
             raise ValueError("bandwidth is required for kernel='gaussian' (finite and > 0)")
@@ -66,10 +85,7 @@ def _bandwidth(
     if isinstance(bandwidth, Tensor):
         require_tensor(bandwidth, "bandwidth")
         require_same_dtype_device(reference, "queries", bandwidth=bandwidth)
-        if not bool(torch.isfinite(bandwidth).all()) or not bool((bandwidth > 0).all()):
-            raise ValueError("bandwidth must be finite and > 0 everywhere")
-        if bandwidth.dim() == 0:
-            return float(bandwidth)
+        _require_positive_finite_tensor(bandwidth, "bandwidth")
         return bandwidth[..., None, None]
     return require_positive_finite(bandwidth, "bandwidth")
 
@@ -77,7 +93,11 @@ def _bandwidth(
 def _scaled_inputs(
     queries: Tensor, keys: Tensor, kernel: str, bandwidth: object
 ) -> tuple[Tensor, Tensor, Tensor | None, float]:
-    """Inputs, additive mask and scale such that the log-weights are scale·⟨q', k'⟩ + mask(k')."""
+    """Inputs, key offsets and scale such that the log-weights are scale·(⟨q', k'⟩ + offset(k')).
+
+    The offset has the shape of ``keys`` less its last dimension (None for ``"exp"``);
+    SDPA takes it as the additive mask ``scale · offset``.
+    """
     h = _bandwidth(bandwidth, kernel, queries.shape[-1], queries)
     if kernel == "gaussian":
         # The Gaussian kernel is translation invariant; centring on the key mean keeps
@@ -86,13 +106,13 @@ def _scaled_inputs(
         queries, keys = queries - centre, keys - centre
     if isinstance(h, float):
         # A scalar bandwidth goes to the kernel as its scale: no rescaled copies of the inputs.
-        mask = -0.5 * keys.pow(2).sum(-1) / (h * h) if kernel == "gaussian" else None
-        return queries, keys, mask, 1.0 / (h * h)
-    # One bandwidth per batch element: split 1/h² as (1/h)·(1/h) over queries and keys,
-    # which balances their magnitudes.
+        offset = -0.5 * keys.pow(2).sum(-1) if kernel == "gaussian" else None
+        return queries, keys, offset, 1.0 / (h * h)
+    # A tensor bandwidth cannot be SDPA's (float) scale: split 1/h² as (1/h)·(1/h) over
+    # queries and keys, which balances their magnitudes.
     queries, keys = queries / h, keys / h
-    mask = -0.5 * keys.pow(2).sum(-1) if kernel == "gaussian" else None
-    return queries, keys, mask, 1.0
+    offset = -0.5 * keys.pow(2).sum(-1) if kernel == "gaussian" else None
+    return queries, keys, offset, 1.0
 
 
 def nadaraya_watson(
@@ -128,6 +148,15 @@ def nadaraya_watson(
         ``softmax(queries @ keys.mT / sqrt(d)) @ values``, i.e.
         ``scaled_dot_product_attention``. Required for ``"gaussian"``.
 
+        A Python number is passed to the attention kernel as its scale. A tensor
+        (0-dim included) rescales the inputs instead, so the result is
+        differentiable with respect to it and ``torch.func.vmap`` can batch over
+        it. Its values are checked only where that is free, on a plain CPU
+        tensor: on an accelerator (the check would wait for the device) and
+        under ``torch.func`` transforms they are not checked, and an invalid
+        bandwidth gives an invalid result instead of an error (NaN for zero;
+        a negative h acts as its absolute value, since only h² enters the kernel).
+
     Returns
     -------
     Tensor, shape (..., m, p) or (..., m)
@@ -140,7 +169,8 @@ def nadaraya_watson(
         If an input is not a floating tensor, dtypes differ, or ``kernel`` is not a string.
     ValueError
         On shape mismatches, non-broadcasting batch shapes, mixed devices, an unknown
-        kernel, or a bandwidth that is missing (Gaussian), non-finite or not > 0.
+        kernel, or a bandwidth that is missing (Gaussian), non-finite or not > 0
+        (tensors: on the CPU and outside ``torch.func`` transforms only).
 
     Examples
     --------
@@ -172,14 +202,51 @@ def nadaraya_watson(
     if isinstance(bandwidth, Tensor):
         shapes["bandwidth"] = bandwidth.shape  # one bandwidth per batch element broadcasts too
     batch = broadcast_batch(shapes)
-    q, k, mask, scale = _scaled_inputs(queries, keys, kernel, bandwidth)
-    out = _attention(q, k, values, mask, batch, scale)
+    q, k, offset, scale = _scaled_inputs(queries, keys, kernel, bandwidth)
+    out = _attention(q, k, values, offset, batch, scale)
     return out.squeeze(-1) if scalar else out
 
 
+def _sdpa_view(t: Tensor, batch: torch.Size, rows: int, width: int) -> Tensor:
+    """(*b, rows, width) broadcast to (*batch, rows, width), as SDPA's 4-D (B, H, rows, width).
+
+    The last batch dimension becomes SDPA's head dimension and the others are merged into
+    its batch dimension. Broadcasting is an expand (stride 0), and the CPU flash kernel
+    reads strided inputs without copying them (checked with the profiler's memory events),
+    so a tensor shared over the last batch dimension (the values of ``nwlib.simulate``,
+    shared by the heads) or over all leading ones (its queries, shared by the
+    replicates) reaches the kernel as a view. Merging the leading dimensions copies only
+    when the tensor is shared over some but not all of two or more of them, and the
+    heads are expanded after that merge, so even then nothing is copied per head.
+    """
+    if not batch:
+        return t.reshape(1, 1, rows, width)
+    own_heads = t.shape[-3] if t.dim() > 2 else 1  # 1 when shared by the heads
+    lead = int(torch.Size(batch[:-1]).numel())
+    merged = t.expand(*batch[:-1], own_heads, rows, width).reshape(lead, own_heads, rows, width)
+    return merged.expand(lead, batch[-1], rows, width)
+
+
 def _attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, batch: torch.Size, scale: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    offset: Tensor | None,
+    batch: torch.Size,
+    scale: float,
 ) -> Tensor:
+    """softmax(scale·(⟨q, k⟩ + offset(k))) v through SDPA's fused CPU kernel.
+
+    ``q`` (*bq, m, d), ``k`` (*bk, n, d), ``v`` (*bv, n, p), ``offset`` (*bk, n) or None;
+    all batch shapes broadcast to ``batch``. Returns (*batch, m, p).
+    """
+    if offset is not None and offset.requires_grad and torch.is_grad_enabled():
+        # SDPA differentiates an attn_mask only on its math path, which materialises the
+        # (m, n) weights; as one more coordinate (1 on the queries, the offset on the keys)
+        # the offset stays on the fused path, forward and backward.
+        q = torch.cat([q, q.new_ones(()).expand(*q.shape[:-1], 1)], dim=-1)
+        k = torch.cat([k, offset.unsqueeze(-1)], dim=-1)
+        offset = None
     m, n, d, p = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     # The CPU flash kernel needs q, k and v of one width; otherwise SDPA silently takes
     # a much slower path (about 8x for scalar responses). Zero padding changes no dot
@@ -189,14 +256,17 @@ def _attention(
         q, k = F.pad(q, (0, width - d)), F.pad(k, (0, width - d))
     if p < width:
         v = F.pad(v, (0, width - p))
-    b = int(torch.Size(batch).numel())
-    q4 = q.expand(*batch, m, width).reshape(b, 1, m, width)
-    k4 = k.expand(*batch, n, width).reshape(b, 1, n, width)
-    v4 = v.expand(*batch, n, width).reshape(b, 1, n, width)
-    mask4 = None
-    if mask is not None:
-        mask4 = mask.unsqueeze(-2).expand(*batch, 1, n).reshape(b, 1, 1, n)
-    out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask4, dropout_p=0.0, scale=scale)
+    mask = None
+    if offset is not None:
+        mask = _sdpa_view((offset * scale).unsqueeze(-2), batch, 1, n)
+    out = F.scaled_dot_product_attention(
+        _sdpa_view(q, batch, m, width),
+        _sdpa_view(k, batch, n, width),
+        _sdpa_view(v, batch, n, width),
+        attn_mask=mask,
+        dropout_p=0.0,
+        scale=scale,
+    )
     return out[..., :p].reshape(*batch, m, p)
 
 

@@ -33,6 +33,8 @@ class MultiHeadNW(nn.Module):
     num_heads : int
         Number of heads H; must divide ``embed_dim``.
     bias : bool, default True
+        (This and the following options are keyword-only: torch's third
+        positional argument is ``dropout``, which this module does not have.)
         Whether the input and output projections have biases.
     kdim, vdim : int, optional
         Feature sizes of keys and values (default ``embed_dim``).
@@ -53,6 +55,7 @@ class MultiHeadNW(nn.Module):
         self,
         embed_dim: int,
         num_heads: int,
+        *,
         bias: bool = True,
         kdim: int | None = None,
         vdim: int | None = None,
@@ -115,6 +118,15 @@ class MultiHeadNW(nn.Module):
             If ``mha`` is not a :class:`torch.nn.MultiheadAttention`.
         ValueError
             If ``mha`` uses ``add_bias_kv`` or ``add_zero_attn``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from nwlib import MultiHeadNW
+        >>> mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+        >>> x = torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(0))
+        >>> torch.allclose(MultiHeadNW.from_torch(mha)(x, x, x), mha(x, x, x)[0], atol=1e-5)
+        True
         """
         if not isinstance(mha, nn.MultiheadAttention):
             raise TypeError(f"mha must be a torch.nn.MultiheadAttention, got {type(mha).__name__}")

@@ -34,7 +34,11 @@ import torch
 from torch import Tensor
 
 from ._validation import (
+    require_device,
+    require_dtype,
     require_generator,
+    require_real,
+    same_device,
     broadcast_batch,
     require_choice,
     require_positive_int,
@@ -258,7 +262,7 @@ def _stack_heads(projections: object) -> Tensor:
     return torch.stack(heads)
 
 
-def hdi(projections: Tensor | Sequence[Tensor], normalization: Normalization = "orthonormal") -> Tensor:
+def hdi(projections: Tensor | Sequence[Tensor], *, normalization: Normalization = "orthonormal") -> Tensor:
     r"""The Head Diversity Index of a family of H >= 2 heads.
 
     .. math::
@@ -340,7 +344,7 @@ def equiangular_heads(
     *,
     num_heads: int,
     head_dim: int,
-    dim: int,
+    embed_dim: int,
     shared_dim: int = 0,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
@@ -369,7 +373,7 @@ def equiangular_heads(
         H >= 2.
     head_dim : int
         d_k >= 1.
-    dim : int
+    embed_dim : int
         Ambient dimension D; needs :math:`D \ge s + (H + 1) r`.
     shared_dim : int, default 0
         s, the number of leading coordinate directions all heads contain
@@ -397,7 +401,7 @@ def equiangular_heads(
     """
     H = require_positive_int(num_heads, "num_heads", minimum=2)
     k = require_positive_int(head_dim, "head_dim")
-    D = require_positive_int(dim, "dim")
+    D = require_positive_int(embed_dim, "embed_dim")
     if isinstance(shared_dim, bool) or not isinstance(shared_dim, int):
         raise TypeError(f"shared_dim must be an int, got {type(shared_dim).__name__}")
     if not 0 <= shared_dim <= k:
@@ -406,22 +410,23 @@ def equiangular_heads(
     needed = s + (H + 1) * r
     if D < needed:
         raise ValueError(
-            f"dim must be >= shared_dim + (num_heads + 1) * (head_dim - shared_dim) = {needed}, got {D}"
+            f"embed_dim must be >= shared_dim + (num_heads + 1) * (head_dim - shared_dim) = {needed}, got {D}"
         )
     if isinstance(angle, Tensor):
         theta = require_tensor(angle, "angle")
         if dtype is not None and theta.dtype != dtype:
             raise TypeError(f"angle has dtype {theta.dtype} but dtype={dtype} was requested")
-        if device is not None and theta.device != torch.device(device):
+        if device is not None and not same_device(theta.device, require_device(device)):
             raise ValueError(f"angle is on {theta.device} but device={device} was requested")
+        # pi/2 rounded to float32 exceeds the true pi/2 by about 4e-8: allow a few ulps.
+        upper = math.pi / 2 + 4 * torch.finfo(theta.dtype).eps
+        if not bool(torch.isfinite(theta).all()) or bool((theta < 0).any()) or bool((theta > upper).any()):
+            raise ValueError("angle must be finite and in [0, pi/2] (radians)")
     else:
         if isinstance(angle, bool) or not isinstance(angle, (int, float)):
             raise TypeError(f"angle must be a float or a tensor, got {type(angle).__name__}")
-        theta = torch.tensor(float(angle), dtype=dtype or torch.get_default_dtype(), device=device)
-    # pi/2 rounded to float32 exceeds the true pi/2 by about 4e-8: allow a few ulps.
-    upper = math.pi / 2 + 4 * torch.finfo(theta.dtype).eps
-    if not bool(torch.isfinite(theta).all()) or bool((theta < 0).any()) or bool((theta > upper).any()):
-        raise ValueError("angle must be finite and in [0, pi/2] (radians)")
+        value = require_real(angle, "angle", minimum=0.0, maximum=math.pi / 2)
+        theta = torch.tensor(value, dtype=require_dtype(dtype), device=require_device(device))
     dtype, device = theta.dtype, theta.device
     # cos φ = sqrt(cos θ) makes (cos φ B0 + sin φ B_h)ᵀ(cos φ B0 + sin φ B_g) = cos²φ I = cos θ I.
     c = torch.sqrt(torch.cos(theta).clamp(min=0.0))
@@ -445,7 +450,7 @@ def equiangular_heads(
 def random_subspaces(
     num_heads: int,
     head_dim: int,
-    dim: int,
+    embed_dim: int,
     *,
     generator: torch.Generator,
     batch_shape: tuple[int, ...] = (),
@@ -460,7 +465,7 @@ def random_subspaces(
         H >= 1 heads per family.
     head_dim : int
         d_k, with 1 <= d_k <= D.
-    dim : int
+    embed_dim : int
         Ambient dimension D.
     generator : torch.Generator
         Source of randomness (on ``device``).
@@ -483,14 +488,14 @@ def random_subspaces(
     """
     H = require_positive_int(num_heads, "num_heads")
     k = require_positive_int(head_dim, "head_dim")
-    D = require_positive_int(dim, "dim")
+    D = require_positive_int(embed_dim, "embed_dim")
     if k > D:
-        raise ValueError(f"head_dim must be <= dim, got head_dim={k}, dim={D}")
+        raise ValueError(f"head_dim must be <= embed_dim, got head_dim={k}, embed_dim={D}")
     require_generator(generator)
-    device = generator.device if device is None else torch.device(device)
+    device = require_device(device, default=generator.device)
     require_generator(generator, device)
     if not isinstance(batch_shape, tuple) or not all(
         isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in batch_shape
     ):
         raise TypeError(f"batch_shape must be a tuple of non-negative ints, got {batch_shape!r}")
-    return _haar_orthonormal((*batch_shape, H), D, k, generator, dtype or torch.get_default_dtype(), device)
+    return _haar_orthonormal((*batch_shape, H), D, k, generator, require_dtype(dtype), device)

@@ -15,21 +15,26 @@ an ordering of the heads from best to worst:
 - Fibonacci: ``α ∝ (F_H, …, F_2, F_1)`` with ``F_1 = F_2 = 1``;
 
 whereas the optimal weights ``M⁻¹1 / (1ᵀM⁻¹1)`` need all of M (Bates and
-Granger's combination of forecasts). Every weight vector here lists the
+Granger's combination of forecasts). Multi-head attention constrains neither:
+its output projection adds the heads with free weights, whose analogue here is
+:func:`least_squares_weights` (no sum-to-one constraint). Every weight vector here lists the
 best-ranked head first; :func:`assign_by_rank` puts it back into head order.
 """
 
 from __future__ import annotations
 
 import math
-from numbers import Real
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from .decomposition import ensemble_error
 from ._validation import (
+    require_device,
+    require_dtype,
     require_predictions_target,
+    require_real,
     require_positive_int,
     require_same_dtype_device,
     require_tensor,
@@ -46,24 +51,12 @@ __all__ = [
     "HeadRanking",
     "assign_by_rank",
     "replicate_mse",
+    "least_squares_weights",
 ]
 
 
 def _factory(dtype: object, device: object) -> tuple[torch.dtype, torch.device]:
-    if dtype is None:
-        dtype = torch.get_default_dtype()
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    if device is None:
-        device = torch.device("cpu")
-    elif isinstance(device, str):
-        try:
-            device = torch.device(device)
-        except RuntimeError as err:
-            raise ValueError(f"device {device!r} is not a valid device: {err}") from None
-    elif not isinstance(device, torch.device):
-        raise TypeError(f"device must be a str or torch.device, got {type(device).__name__}")
-    return dtype, device
+    return require_dtype(dtype), require_device(device)
 
 
 def _normalised(values: list[float] | Tensor, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -73,14 +66,14 @@ def _normalised(values: list[float] | Tensor, dtype: torch.dtype, device: torch.
 
 
 def uniform_weights(
-    H: int, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+    num_heads: int, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None
 ) -> Tensor:
     """Equal weights ``1/H``: the plain average of the heads.
 
     Parameters
     ----------
-    H : int
-        Number of heads (>= 1).
+    num_heads : int
+        Number of heads H (>= 1).
     dtype : torch.dtype, optional
         Floating dtype of the result (default: torch's default dtype).
     device : torch.device or str, optional
@@ -91,23 +84,18 @@ def uniform_weights(
     Tensor, shape (H,)
         ``torch.full((H,), 1/H)``.
     """
-    H = require_positive_int(H, "H")
+    H = require_positive_int(num_heads, "num_heads")
     dtype, device = _factory(dtype, device)
     return _normalised([1.0] * H, dtype, device)
 
 
 def _check_ratio(ratio: object) -> float:
-    if isinstance(ratio, bool) or not isinstance(ratio, Real):
-        raise TypeError(f"ratio must be a real number, got {type(ratio).__name__}")
-    ratio = float(ratio)
-    if not math.isfinite(ratio) or not 0.0 < ratio <= 1.0:
-        # r > 1 would favour the worst-ranked head, contradicting the best-first convention.
-        raise ValueError(f"ratio must satisfy 0 < ratio <= 1, got {ratio}")
-    return ratio
+    # r > 1 would favour the worst-ranked head, contradicting the best-first convention.
+    return require_real(ratio, "ratio", minimum=0.0, maximum=1.0, strict_minimum=True)
 
 
 def geometric_weights(
-    H: int,
+    num_heads: int,
     ratio: float,
     *,
     dtype: torch.dtype | None = None,
@@ -117,8 +105,8 @@ def geometric_weights(
 
     Parameters
     ----------
-    H : int
-        Number of heads (>= 1).
+    num_heads : int
+        Number of heads H (>= 1).
     ratio : float
         The common ratio ``r`` with ``0 < r <= 1``; ``r = 1`` gives uniform
         weights, ``r -> 0`` puts all weight on the first (best) head.
@@ -133,11 +121,11 @@ def geometric_weights(
     Raises
     ------
     TypeError
-        If ``H`` is not an int, ``ratio`` not a real number, or ``dtype`` not floating.
+        If ``num_heads`` is not an int, ``ratio`` not a real number, or ``dtype`` not floating.
     ValueError
-        If ``H < 1`` or ``ratio`` is outside (0, 1].
+        If ``num_heads < 1`` or ``ratio`` is outside (0, 1].
     """
-    H = require_positive_int(H, "H")
+    H = require_positive_int(num_heads, "num_heads")
     ratio = _check_ratio(ratio)
     dtype, device = _factory(dtype, device)
     powers = torch.full((H,), ratio, dtype=torch.float64).pow(torch.arange(H, dtype=torch.float64))
@@ -145,7 +133,7 @@ def geometric_weights(
 
 
 def fibonacci_weights(
-    H: int, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+    num_heads: int, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None
 ) -> Tensor:
     r"""Fibonacci weights :math:`\alpha \propto (F_H, \dots, F_2, F_1)`, best head first.
 
@@ -157,16 +145,23 @@ def fibonacci_weights(
 
     Parameters
     ----------
-    H : int
-        Number of heads (>= 1).
+    num_heads : int
+        Number of heads H (>= 1).
     dtype, device : optional
         As in :func:`uniform_weights`.
 
     Returns
     -------
     Tensor, shape (H,)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nwlib import fibonacci_weights
+    >>> (fibonacci_weights(5, dtype=torch.float64) * 12).tolist()
+    [5.0, 3.0, 2.0, 1.0, 1.0]
     """
-    H = require_positive_int(H, "H")
+    H = require_positive_int(num_heads, "num_heads")
     dtype, device = _factory(dtype, device)
     fib = [1, 1]
     while len(fib) < H:
@@ -201,12 +196,7 @@ def _check_second_moment(M: object, name: str = "M") -> Tensor:
 
 
 def _check_ridge(ridge: object) -> float:
-    if isinstance(ridge, bool) or not isinstance(ridge, Real):
-        raise TypeError(f"ridge must be a real number, got {type(ridge).__name__}")
-    ridge = float(ridge)
-    if not math.isfinite(ridge) or ridge < 0:
-        raise ValueError(f"ridge must be finite and >= 0, got {ridge}")
-    return ridge
+    return require_real(ridge, "ridge", minimum=0.0)
 
 
 def optimal_weights(M: Tensor, *, ridge: float = 0.0) -> Tensor:
@@ -321,9 +311,9 @@ def error_second_moments(predictions: Tensor, target: Tensor) -> Tensor:
         Symmetric positive semi-definite; dtype and device of ``predictions``.
     """
     predictions, target = require_predictions_target(predictions, target)
-    errors = predictions - target
-    R, _, m = errors.shape
-    flat = errors.permute(1, 0, 2).reshape(errors.shape[1], R * m)
+    R, H, m = predictions.shape
+    eye = torch.eye(H, dtype=predictions.dtype, device=predictions.device)
+    flat = ensemble_error(predictions, target, eye).reshape(H, R * m)  # each head's own errors
     M = flat @ flat.mT / (R * m)
     return 0.5 * (M + M.mT)
 
@@ -361,7 +351,8 @@ def rank_heads(predictions: Tensor, target: Tensor) -> HeadRanking:
         and ``head_mse_se`` (H,) (zero when R = 1).
     """
     predictions, target = require_predictions_target(predictions, target)
-    per_rep = (predictions - target).pow(2).mean(-1)  # (R, H)
+    eye = torch.eye(predictions.shape[1], dtype=predictions.dtype, device=predictions.device)
+    per_rep = ensemble_error(predictions, target, eye).pow(2).mean(-1).mT  # (R, H): each head's own error
     R = per_rep.shape[0]
     head_mse = per_rep.mean(0)
     if R > 1:
@@ -438,5 +429,61 @@ def replicate_mse(predictions: Tensor, target: Tensor, weights: Tensor) -> Tenso
             "weights must have one entry per head (H): "
             f"predictions {tuple(predictions.shape)}, weights {tuple(weights.shape)}"
         )
-    ensemble = torch.einsum("...h,rhm->...rm", weights, predictions)
-    return (ensemble - target).pow(2).mean(-1)
+    return ensemble_error(predictions, target, weights).pow(2).mean(-1)
+
+
+def least_squares_weights(predictions: Tensor, target: Tensor, *, ridge: float = 0.0) -> Tensor:
+    r"""Unconstrained least-squares weights for the heads: the analogue of the output projection W_O.
+
+    Minimises :math:`\frac{1}{Rm}\sum_{r,j} \big(\sum_h \alpha_h \hat f^{(r)}_h(x_j) - y_{rj}\big)^2`
+    over :math:`\alpha \in \mathbb{R}^H`, with no sum-to-one constraint: like
+    multi-head attention's output projection, the weights may add the heads up,
+    shrink them, or give some a negative weight. Fit them on data that the
+    weights are not then evaluated on.
+
+    Parameters
+    ----------
+    predictions : Tensor, shape (R, H, m)
+        Head predictions on the fitting data.
+    target : Tensor, shape (m,) or (R, m)
+        What the combination should reproduce: the true f at the points, or
+        per-replicate noisy responses.
+    ridge : float, default 0.0
+        Adds ``ridge * mean(diag(G)) * I`` to the Gram matrix G of the heads
+        (scale-free), for nearly collinear heads.
+
+    Returns
+    -------
+    Tensor, shape (H,)
+        The weights, dtype and device of ``predictions``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On wrong types, shapes, dtypes or devices, or a negative ``ridge``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nwlib import least_squares_weights
+    >>> g = torch.Generator().manual_seed(0)
+    >>> heads = torch.randn(50, 2, 30, generator=g, dtype=torch.float64)
+    >>> y = 2.0 * heads[:, 0] - 0.5 * heads[:, 1]
+    >>> least_squares_weights(heads, y).round(decimals=6).tolist()
+    [2.0, -0.5]
+    """
+    predictions = require_tensor(predictions, "predictions")
+    if predictions.dim() != 3 or min(predictions.shape) < 1:
+        raise ValueError(f"predictions must have shape (R, H, m) with R, H, m >= 1, got {tuple(predictions.shape)}")
+    target = require_tensor(target, "target")
+    require_same_dtype_device(predictions, "predictions", target=target)
+    R, H, m = predictions.shape
+    if target.shape not in ((m,), (R, m)):
+        raise ValueError(f"target must have shape (m,) = ({m},) or (R, m) = ({R}, {m}), got {tuple(target.shape)}")
+    ridge = _check_ridge(ridge)
+    flat = predictions.permute(1, 0, 2).reshape(H, R * m)
+    gram = flat @ flat.mT / (R * m)
+    rhs = flat @ target.expand(R, m).reshape(R * m) / (R * m)
+    if ridge > 0:
+        gram = gram + ridge * gram.diagonal().mean() * torch.eye(H, dtype=gram.dtype, device=gram.device)
+    return torch.linalg.solve(gram, rhs)

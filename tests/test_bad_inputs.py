@@ -55,7 +55,7 @@ CASES = [
     ("device: wrong type", lambda: nw.resolve_device(0), TypeError, "device"),
     # tasks and simulate
     ("task: unknown name", lambda: nw.make_task("spiral", 4), ValueError, "name"),
-    ("task: bad dim", lambda: nw.make_task("isotropic", 0), ValueError, "dim"),
+    ("task: bad embed_dim", lambda: nw.make_task("isotropic", 0), ValueError, "embed_dim"),
     ("simulate: projection rank", lambda: nw.simulate(TASK, t(4, 2), Z, n=8, replicates=2, generator=GEN, bandwidth=1.0), ValueError, "key_projections"),
     ("simulate: ambient dim", lambda: nw.simulate(TASK, t(3, 5, 2), Z, n=8, replicates=2, generator=GEN, bandwidth=1.0), ValueError, "key_projections"),
     ("simulate: eval dim", lambda: nw.simulate(TASK, W, t(5, 3), n=8, replicates=2, generator=GEN, bandwidth=1.0), ValueError, "eval_points"),
@@ -79,9 +79,9 @@ CASES = [
     ("cross_gram: not a tensor", lambda: nw.cross_gram([[1.0]], t(4, 2)), TypeError, "A"),
     ("random_subspaces: too wide", lambda: nw.random_subspaces(2, 5, 4, generator=GEN), ValueError, "head_dim"),
     # weighting
-    ("uniform: H", lambda: nw.uniform_weights(0), ValueError, "H"),
+    ("uniform: num_heads", lambda: nw.uniform_weights(0), ValueError, "num_heads"),
     ("geometric: ratio", lambda: nw.geometric_weights(3, 0.0), ValueError, "ratio"),
-    ("fibonacci: H type", lambda: nw.fibonacci_weights(2.5), TypeError, "H"),
+    ("fibonacci: num_heads type", lambda: nw.fibonacci_weights(2.5), TypeError, "num_heads"),
     ("optimal: not square", lambda: nw.optimal_weights(t(3, 2)), ValueError, "M"),
     ("optimal: not symmetric", lambda: nw.optimal_weights(SPD + torch.triu(torch.ones(3, 3, dtype=CPU), 1)), ValueError, "M"),
     ("optimal: not positive definite", lambda: nw.optimal_weights(-SPD), ValueError, "M"),

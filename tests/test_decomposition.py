@@ -29,7 +29,7 @@ def _numpy_reference(p: np.ndarray, f: np.ndarray, a: np.ndarray) -> dict[str, n
     cov = np.zeros((h, h, m))
     for i in range(h):
         for j in range(h):
-            cov[i, j] = ((p[:, i] - mean[i]) * (p[:, j] - mean[j])).sum(axis=0) / r
+            cov[i, j] = ((p[:, i] - mean[i]) * (p[:, j] - mean[j])).sum(axis=0) / (r - 1)
     ens = np.zeros((r, m))
     for i in range(h):
         ens += a[i] * p[:, i]
@@ -39,7 +39,8 @@ def _numpy_reference(p: np.ndarray, f: np.ndarray, a: np.ndarray) -> dict[str, n
     return {
         "ensemble_mean": (a[:, None] * mean).sum(axis=0),
         "mse": ((ens - f) ** 2).mean(axis=0),
-        "bias_sq": ((a[:, None] * mean).sum(axis=0) - f) ** 2,
+        # unbiased: the squared replicate mean minus the variance of the ensemble mean
+        "bias_sq": ((a[:, None] * mean).sum(axis=0) - f) ** 2 - ens.var(axis=0, ddof=1) / r,
         "variance": variance,
         "covariance": covariance,
         "head_variance": np.array([cov[i, i] for i in range(h)]),
@@ -89,10 +90,10 @@ def test_single_head_is_bias_plus_variance(dtype, device, tol):
     dec = decompose(p, f)
     assert torch.equal(dec.covariance, torch.zeros_like(dec.covariance))
     torch.testing.assert_close(dec.mse, dec.bias_sq + dec.variance, **tol)
-    # Direct textbook formula: E(f̂ - f)^2 = (E f̂ - f)^2 + Var f̂ with 1/R moments.
+    # Textbook unbiased estimates: sample variance, and (mean - f)^2 less the variance of the mean.
     x = p[:, 0]
-    torch.testing.assert_close(dec.variance, x.var(dim=0, correction=0), **tol)
-    torch.testing.assert_close(dec.bias_sq, (x.mean(0) - f) ** 2, **tol)
+    torch.testing.assert_close(dec.variance, x.var(dim=0, correction=1), **tol)
+    torch.testing.assert_close(dec.bias_sq, (x.mean(0) - f) ** 2 - x.var(dim=0, correction=1) / 200, **tol)
     torch.testing.assert_close(dec.head_correlation, torch.ones_like(dec.head_correlation), **tol)
     assert math.isnan(dec.integrated().mean_correlation)
 
@@ -113,7 +114,7 @@ def test_weights_need_not_sum_to_one(device):
     a = torch.tensor([2.0, -0.5, 1.5], dtype=torch.float64, device=device)
     dec = decompose(p, f, a)
     ens = (p * a[None, :, None]).sum(1)
-    torch.testing.assert_close(dec.bias_sq, (ens.mean(0) - f) ** 2)
+    torch.testing.assert_close(dec.bias_sq, (ens.mean(0) - f) ** 2 - ens.var(0) / 50)
     torch.testing.assert_close(dec.mse, ((ens - f) ** 2).mean(0))
 
 
@@ -169,9 +170,25 @@ def test_standard_errors_are_calibrated(device):
         vals.append(integ.variance)
         ses.append(integ.variance_se)
     spread = float(np.std(vals, ddof=1))
-    # Var of a population variance of R standard normals is about 2/R, averaged over m points.
+    # Var of a sample variance of R standard normals is about 2/R, averaged over m points.
     assert math.isclose(spread, math.sqrt(2 / r / m), rel_tol=0.15)
     assert math.isclose(float(np.mean(ses)), spread, rel_tol=0.15)
+
+
+def test_bias_is_unbiased_where_the_plug_in_overshoots(device):
+    """Known bias b and noise sd s: over many small Monte Carlo runs the estimate averages b²,
+    whereas the plug-in (mean - f)² averages b² + s²/R (the bias the fix removes)."""
+    g = torch.Generator(device=device).manual_seed(5)
+    runs, r, m, b, s = 4000, 5, 3, 0.2, 1.0
+    p = b + s * torch.randn(runs, r, 2, m, generator=g, dtype=torch.float64, device=device)
+    f = torch.zeros(m, dtype=torch.float64, device=device)
+    est = torch.stack([decompose(p[k], f).bias_sq.mean() for k in range(runs)])
+    plug_in = p.mean(dim=(1, 2)).pow(2).mean(-1)  # uniform weights over 2 heads: Var of the mean is s²/(2R)
+    se = float(est.std() / math.sqrt(runs))
+    assert abs(float(est.mean()) - b**2) < 4 * se
+    overshoot = float(plug_in.mean()) - b**2
+    assert abs(overshoot - s**2 / (2 * r)) < 4 * float(plug_in.std() / math.sqrt(runs))
+    assert overshoot > 8 * se  # the plug-in's bias is resolvable at this size: the test could fail
 
 
 def test_zero_variance_head_gives_nan_correlation(device):
@@ -201,3 +218,23 @@ def test_bad_input_is_rejected(kwargs, exc, match):
     args.update(kwargs)
     with pytest.raises(exc, match=match):
         decompose(args["predictions"], args["target"], args["weights"])
+
+
+def test_noise_covariance_matches_monte_carlo_over_the_noise(device):
+    """Fixed design, fresh noise: the empirical covariance of two linear smoothers is sigma^2 W_h W_g^T."""
+    from nwlib import nadaraya_watson_weights, noise_covariance
+
+    g = torch.Generator(device=device).manual_seed(8)
+    x = torch.randn(60, 3, generator=g, dtype=torch.float64, device=device)
+    z = torch.randn(5, 3, generator=g, dtype=torch.float64, device=device)
+    proj = torch.randn(2, 3, 2, generator=g, dtype=torch.float64, device=device)
+    w = nadaraya_watson_weights(z @ proj, x @ proj, kernel="gaussian", bandwidth=0.8)  # (2, 5, 60)
+    sigma, draws = 0.7, 20000
+    eps = sigma * torch.randn(draws, 60, generator=g, dtype=torch.float64, device=device)
+    est = torch.einsum("hmn,rn->rhm", w, eps)
+    emp = decompose(est, torch.zeros(5, dtype=torch.float64, device=device)).head_covariance
+    pred = noise_covariance(w, sigma)
+    torch.testing.assert_close(emp, pred, rtol=0.1, atol=5 * float(pred.abs().max()) / math.sqrt(draws))
+    assert bool((pred >= 0).all())  # non-negative weights: the shared-data floor
+    with pytest.raises(ValueError, match="noise_sd"):
+        noise_covariance(w, -1.0)

@@ -202,3 +202,138 @@ def test_bad_input_names_the_argument(call, exc, match):
 def test_mixed_devices_rejected():
     with pytest.raises(ValueError, match="keys"):
         nadaraya_watson(torch.randn(4, 3), torch.randn(10, 3, device="cuda"), torch.randn(10))
+
+
+# --- tensor bandwidths: gradients, 0-dim tensors, torch.func ---------------------------------
+
+
+def explicit_nw_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, h: torch.Tensor, kernel: str) -> torch.Tensor:
+    """Differentiable textbook NW in torch: direct differences, materialised softmax weights."""
+    if kernel == "gaussian":
+        logits = -((q[..., :, None, :] - k[..., None, :, :]) ** 2).sum(-1) / (2 * h * h)
+    else:
+        logits = q @ k.mT / (h * h)
+    return torch.softmax(logits, dim=-1) @ v
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "exp"])
+@pytest.mark.parametrize("per_head", [False, True], ids=["0-dim", "per-head"])
+def test_tensor_bandwidth_gradcheck(device, generator, kernel, per_head):
+    # Gradients w.r.t. the bandwidth and the data go through SDPA's fused backward (the
+    # Gaussian offsets are folded into a coordinate); gradcheck compares them with
+    # finite differences, and the reference's autograd gradients pin them down too.
+    q, k, v = make_data(generator, device, torch.float64, batch=(2,), m=4, n=9, d=2, p=2)
+    h0 = torch.tensor([0.7, 1.3], device=device, dtype=torch.float64) if per_head else torch.tensor(0.9, device=device, dtype=torch.float64)
+    inputs = tuple(t.clone().requires_grad_(True) for t in (q, k, v, h0))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v, h: nadaraya_watson(q, k, v, kernel=kernel, bandwidth=h), inputs
+    )
+    out = nadaraya_watson(*inputs[:3], kernel=kernel, bandwidth=inputs[3])
+    hb = inputs[3][..., None, None]
+    ref = explicit_nw_torch(*inputs[:3], hb, kernel)
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
+    weights = torch.randn(out.shape, generator=generator, device=device, dtype=torch.float64)
+    grads = torch.autograd.grad((out * weights).sum(), inputs)
+    ref_grads = torch.autograd.grad((ref * weights).sum(), inputs)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-9, atol=1e-11)
+
+
+def test_zero_dim_bandwidth_gets_the_reference_gradient(device, dtype, tol, generator):
+    # A 0-dim bandwidth used to be turned into a float, which silently dropped its gradient.
+    q, k, v = make_data(generator, device, dtype, batch=(3,), m=5, n=20)
+    h = torch.tensor(0.8, device=device, dtype=dtype, requires_grad=True)
+    nadaraya_watson(q, k, v, kernel="gaussian", bandwidth=h).sum().backward()
+    assert h.grad is not None
+    h_ref = torch.tensor(0.8, device=device, dtype=torch.float64, requires_grad=True)
+    explicit_nw_torch(q.double(), k.double(), v.double(), h_ref, "gaussian").sum().backward()
+    torch.testing.assert_close(h.grad, h_ref.grad.to(dtype), **tol)
+
+
+def test_tensor_and_float_bandwidths_agree(device, dtype, tol, generator):
+    q, k, v = make_data(generator, device, dtype)
+    out = nadaraya_watson(q, k, v, kernel="gaussian", bandwidth=torch.tensor(0.6, device=device, dtype=dtype))
+    torch.testing.assert_close(out, nadaraya_watson(q, k, v, kernel="gaussian", bandwidth=0.6), **tol)
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")  # vmap's fallback loop over SDPA
+def test_vmap_over_bandwidths_matches_a_loop(device, dtype, tol, generator):
+    q, k, v = make_data(generator, device, dtype, batch=(2,), m=6, n=30)
+    hs = torch.tensor([0.3, 0.8, 2.0, 5.0], device=device, dtype=dtype)
+    out = torch.func.vmap(lambda h: nadaraya_watson(q, k, v, kernel="gaussian", bandwidth=h))(hs)
+    assert out.shape == (4, 2, 6, 3)
+    for i, h in enumerate(hs.tolist()):
+        torch.testing.assert_close(out[i], nadaraya_watson(q, k, v, kernel="gaussian", bandwidth=h), **tol)
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")
+def test_bandwidth_values_are_not_checked_under_vmap(generator):
+    # Documented: reading the values would need concrete tensors; only h² enters the kernel,
+    # so a negative bandwidth acts as its absolute value instead of raising.
+    q, k, v = make_data(generator, "cpu", torch.float64, batch=(), m=3, n=10)
+    hs = torch.tensor([-0.7, 0.7], dtype=torch.float64)
+    out = torch.func.vmap(lambda h: nadaraya_watson(q, k, v, kernel="gaussian", bandwidth=h))(hs)
+    torch.testing.assert_close(out[0], out[1])
+    with pytest.raises(ValueError, match="bandwidth"):
+        nadaraya_watson(q, k, v, kernel="gaussian", bandwidth=hs[0])
+
+
+@pytest.mark.parametrize("bad", [0.0, float("nan"), float("inf"), -1.0])
+def test_zero_dim_tensor_bandwidth_is_checked_on_cpu(bad):
+    q, k, v = torch.randn(4, 3), torch.randn(10, 3), torch.randn(10, 2)
+    with pytest.raises(ValueError, match="bandwidth"):
+        nadaraya_watson(q, k, v, kernel="gaussian", bandwidth=torch.tensor(bad))
+
+
+# --- values shared by the heads (nwlib.simulate's layout) -------------------------------------
+
+
+@pytest.mark.parametrize("scalar", [True, False], ids=["scalar", "vector"])
+@pytest.mark.parametrize("tensor_bandwidth", [False, True], ids=["float-h", "tensor-h"])
+def test_values_broadcast_over_heads(device, dtype, tol, generator, scalar, tensor_bandwidth):
+    c, heads, m, n, d = 3, 4, 5, 40, 3
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator, device=device, dtype=torch.float64)
+
+    q, k = randn(heads, m, d), randn(c, heads, n, d)  # queries shared by replicates
+    v = randn(c, 1, n) if scalar else randn(c, 1, n, 2)  # values shared by the heads
+    h = randn(heads).abs() + 0.5 if tensor_bandwidth else 0.9
+    out = nadaraya_watson(q.to(dtype), k.to(dtype), v.to(dtype), kernel="gaussian",
+                          bandwidth=h.to(dtype) if tensor_bandwidth else h)
+    hb = h[:, None, None] if tensor_bandwidth else torch.tensor(h, dtype=torch.float64, device=device)
+    ref = explicit_nw_torch(q, k, v.unsqueeze(-1) if scalar else v, hb, "gaussian")
+    ref = ref.squeeze(-1) if scalar else ref
+    assert out.shape == ((c, heads, m) if scalar else (c, heads, m, 2))
+    torch.testing.assert_close(out, ref.to(dtype), **tol)
+
+
+def test_values_broadcast_over_some_leading_dimensions(device, dtype, tol, generator):
+    # Two leading batch dimensions, values shared over the first only: merging them for
+    # SDPA cannot be a view, so reshape copies; the result must not change.
+    q, k, v = make_data(generator, device, torch.float64, batch=(2, 3, 4), m=5, n=25, d=3, p=2)
+    v = v[:1]
+    out = nadaraya_watson(q.to(dtype), k.to(dtype), v.to(dtype), kernel="gaussian", bandwidth=0.8)
+    ref = explicit_nw_torch(q, k, v, torch.tensor(0.8, dtype=torch.float64, device=device), "gaussian")
+    torch.testing.assert_close(out, ref.to(dtype), **tol)
+
+
+def test_shared_values_reach_the_kernel_without_per_head_copies():
+    # The layout claim behind the comments in _sdpa_view: an input broadcast over the
+    # heads (last batch dim) or the replicates (leading dim) stays a stride-0 view.
+    from nwlib.kernels import _sdpa_view
+
+    batch = torch.Size([3, 4])
+    values = torch.randn(3, 1, 40, 8)
+    shared = _sdpa_view(values, batch, 40, 8)
+    assert shared.shape == (3, 4, 40, 8) and shared.stride(1) == 0
+    assert shared.data_ptr() == values.data_ptr()
+    queries = torch.randn(4, 5, 8)
+    view = _sdpa_view(queries, batch, 5, 8)
+    assert view.stride(0) == 0 and view.data_ptr() == queries.data_ptr()
+    # Shared over the first of two leading dimensions: merging them copies, but once per
+    # leading element, and the heads stay a stride-0 expansion of that copy.
+    partly = torch.randn(1, 3, 1, 40, 8)
+    merged = _sdpa_view(partly, torch.Size([2, 3, 4]), 40, 8)
+    assert merged.shape == (6, 4, 40, 8) and merged.stride(1) == 0
+    torch.testing.assert_close(merged, partly.expand(2, 3, 4, 40, 8).reshape(6, 4, 40, 8))

@@ -1,8 +1,73 @@
-"""The public surface: every exported name resolves and is documented."""
+"""The public surface: every exported name resolves, is documented, and speaks one vocabulary.
+
+``PUBLIC_SIGNATURES`` is the API contract: a change to a public signature must change
+this list in the same commit, so that it is a decision and not an accident.
+"""
 
 import inspect
 
+import pytest
+
 import nwlib
+
+PUBLIC_SIGNATURES = {
+    "MultiHeadNW": "(embed_dim, num_heads, *, bias=True, kdim=None, vdim=None, batch_first=False, device=None, dtype=None)",
+    "nadaraya_watson": "(queries, keys, values, *, kernel='exp', bandwidth=None)",
+    "nadaraya_watson_weights": "(queries, keys, *, kernel='exp', bandwidth=None)",
+    "resolve_device": "(device='auto')",
+    "loo_cv_score": "(keys, values, bandwidth, *, kernel='gaussian')",
+    "select_bandwidth": (
+        "(keys, values, *, kernel='gaussian', method='loo', candidates=None, num_candidates=25, "
+        "refine_steps=24, memory_budget=268435456)"
+    ),
+    "BandwidthSelection": "(bandwidth, score, candidates, scores)",
+    "decompose": "(predictions, target, weights=None)",
+    "noise_covariance": "(weights, noise_sd)",
+    "make_task": "(name, embed_dim, *, noise_sd=0.5, **kwargs)",
+    "memory_estimate": (
+        "(*, num_heads, n, m, embed_dim, head_dim, replicates, chunk_size, head_data='shared', "
+        "kernel='gaussian', head_values=False, dtype=torch.float32, device='cpu')"
+    ),
+    "simulate": (
+        "(task, key_projections, eval_points, *, n, replicates, generator, kernel='gaussian', bandwidth=None, "
+        "head_data='shared', chunk_size=None, progress=False, query_projections=None, value_projections=None, "
+        "memory_budget=268435456)"
+    ),
+    "cross_gram": "(A, B, *, normalization='orthonormal')",
+    "equiangular_heads": (
+        "(angle, *, num_heads, head_dim, embed_dim, shared_dim=0, generator=None, dtype=None, device=None)"
+    ),
+    "hdi": "(projections, *, normalization='orthonormal')",
+    "orthonormal_basis": "(A, *, name='A')",
+    "principal_angles": "(A, B)",
+    "random_subspaces": "(num_heads, head_dim, embed_dim, *, generator, batch_shape=(), dtype=None, device=None)",
+    "assign_by_rank": "(weights, order)",
+    "combination_mse": "(weights, M)",
+    "error_second_moments": "(predictions, target)",
+    "fibonacci_weights": "(num_heads, *, dtype=None, device=None)",
+    "geometric_weights": "(num_heads, ratio, *, dtype=None, device=None)",
+    "optimal_weights": "(M, *, ridge=0.0)",
+    "least_squares_weights": "(predictions, target, *, ridge=0.0)",
+    "rank_heads": "(predictions, target)",
+    "replicate_mse": "(predictions, target, weights)",
+    "uniform_weights": "(num_heads, *, dtype=None, device=None)",
+}
+
+# Spellings the library no longer uses for its three sizes (torch's names win).
+RETIRED_NAMES = {"H", "heads", "n_heads", "nheads", "dim", "D", "d_k", "dk", "d_model", "model_dim"}
+
+
+def _plain(sig: inspect.Signature) -> str:
+    """The signature without annotations: names, kinds and defaults."""
+    params = [p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()]
+    return str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
+
+
+def _public_callables():
+    for name in nwlib.__all__:
+        obj = getattr(nwlib, name)
+        if inspect.isfunction(obj) or (inspect.isclass(obj) and PUBLIC_SIGNATURES.get(name)):
+            yield name, obj
 
 
 def test_every_exported_name_resolves():
@@ -19,3 +84,31 @@ def test_public_callables_have_numpy_style_docstrings():
             assert doc, f"{name} has no docstring"
             if inspect.isfunction(obj) and inspect.signature(obj).parameters:
                 assert "Parameters\n----------" in doc, f"{name} docstring lacks a Parameters section"
+
+
+def test_every_public_function_is_listed():
+    functions = {name for name in nwlib.__all__ if inspect.isfunction(getattr(nwlib, name))}
+    assert functions <= set(PUBLIC_SIGNATURES), f"unlisted public functions: {functions - set(PUBLIC_SIGNATURES)}"
+
+
+@pytest.mark.parametrize("name", sorted(k for k, v in PUBLIC_SIGNATURES.items() if v is not None))
+def test_public_signature(name):
+    assert _plain(inspect.signature(getattr(nwlib, name))) == PUBLIC_SIGNATURES[name]
+
+
+def test_one_name_per_concept():
+    offenders = [
+        f"{name}({param})"
+        for name, obj in _public_callables()
+        for param in inspect.signature(obj).parameters
+        if param in RETIRED_NAMES
+    ]
+    assert not offenders, f"retired spellings in public signatures: {offenders}"
+
+
+def test_book_tooling_is_outside_the_library_namespace():
+    import nwlib.book
+
+    for name in ("glue", "glue_figure", "glue_math"):
+        assert name not in nwlib.__all__ and not hasattr(nwlib, name)
+        assert callable(getattr(nwlib.book, name))

@@ -181,7 +181,7 @@ def test_paper_normalization_is_not_scale_invariant(device, dtype, tol, generato
 def test_paper_agrees_with_invariant_when_gram_is_sqrt_dk(device, dtype, tol, generator):
     d_k = 3
     Q = equiangular_heads(
-        0.7, num_heads=3, head_dim=d_k, dim=12, generator=generator, dtype=torch.float64, device=device
+        0.7, num_heads=3, head_dim=d_k, embed_dim=12, generator=generator, dtype=torch.float64, device=device
     )
     W = (d_k**0.25 * Q).to(dtype)  # W^T W = sqrt(d_k) I
     torch.testing.assert_close(hdi(W, normalization="paper"), hdi(W), **tol)
@@ -224,7 +224,7 @@ def test_hdi_batched(device, dtype, tol, generator):
 def test_equiangular_heads_have_the_prescribed_angles(device, dtype, tol, generator, shared_dim, theta):
     H, k, D = 4, 3, 16
     Q = equiangular_heads(
-        theta, num_heads=H, head_dim=k, dim=D, shared_dim=shared_dim, generator=generator, dtype=dtype, device=device
+        theta, num_heads=H, head_dim=k, embed_dim=D, shared_dim=shared_dim, generator=generator, dtype=dtype, device=device
     )
     assert Q.shape == (H, D, k) and Q.dtype == dtype and Q.device.type == device.type
     torch.testing.assert_close(Q.mT @ Q, torch.eye(k, device=device, dtype=dtype).expand(H, k, k), **tol)
@@ -238,7 +238,7 @@ def test_equiangular_heads_have_the_prescribed_angles(device, dtype, tol, genera
 
 def test_equiangular_heads_batched_angles(device, dtype, tol):
     theta = torch.linspace(0, math.pi / 2, 5, device=device, dtype=dtype)
-    Q = equiangular_heads(theta, num_heads=3, head_dim=2, dim=8)
+    Q = equiangular_heads(theta, num_heads=3, head_dim=2, embed_dim=8)
     assert Q.shape == (5, 3, 8, 2)
     torch.testing.assert_close(hdi(Q), torch.sin(theta) ** 2, **tol)
 
@@ -341,15 +341,15 @@ def test_rejects_bad_types_and_options():
 
 
 def test_generators_reject_bad_arguments():
-    with pytest.raises(ValueError, match="angle must be finite and in"):
-        equiangular_heads(2.0, num_heads=2, head_dim=1, dim=3)
-    with pytest.raises(ValueError, match="dim must be >="):
-        equiangular_heads(0.5, num_heads=3, head_dim=2, dim=7)
+    with pytest.raises(ValueError, match="angle must be finite and >= 0 and <= 1.5708"):
+        equiangular_heads(2.0, num_heads=2, head_dim=1, embed_dim=3)
+    with pytest.raises(ValueError, match="embed_dim must be >="):
+        equiangular_heads(0.5, num_heads=3, head_dim=2, embed_dim=7)
     with pytest.raises(ValueError, match="num_heads must be >= 2"):
-        equiangular_heads(0.5, num_heads=1, head_dim=2, dim=8)
+        equiangular_heads(0.5, num_heads=1, head_dim=2, embed_dim=8)
     with pytest.raises(ValueError, match="shared_dim must be in"):
-        equiangular_heads(0.5, num_heads=2, head_dim=2, dim=8, shared_dim=3)
-    with pytest.raises(ValueError, match="head_dim must be <= dim"):
+        equiangular_heads(0.5, num_heads=2, head_dim=2, embed_dim=8, shared_dim=3)
+    with pytest.raises(ValueError, match="head_dim must be <= embed_dim"):
         random_subspaces(2, 5, 4, generator=torch.Generator())
     with pytest.raises(TypeError, match="generator must be a torch.Generator"):
         random_subspaces(2, 1, 4, generator=0)

@@ -14,11 +14,13 @@ from nwlib import TASKS, RegressionTask, make_task
 def _numpy_f(name: str, x: np.ndarray, s: int) -> np.ndarray:
     if name == "single_index":
         return np.sin(2 * x[..., 0]) + 0.5 * x[..., 0]
+    if name == "interaction":
+        return np.sqrt(2) * np.sin(2 * x[..., 0]) * np.sin(2 * x[..., 1])
     return np.sin(2 * x[..., :s]).sum(-1) / np.sqrt(s)
 
 
 @pytest.mark.parametrize("name, kwargs, s", [("isotropic", {}, 5), ("subspace", {"signal_dim": 3}, 3),
-                                             ("single_index", {}, 1)])
+                                             ("single_index", {}, 1), ("interaction", {}, 2)])
 def test_f_matches_explicit_formula(name, kwargs, s, dtype, device, tol):
     task = make_task(name, 5, **kwargs)
     assert isinstance(task, RegressionTask) and task.name == name and task.signal_dim == s
@@ -29,7 +31,7 @@ def test_f_matches_explicit_formula(name, kwargs, s, dtype, device, tol):
     torch.testing.assert_close(fx.cpu(), expected, **tol)
 
 
-@pytest.mark.parametrize("name", ["subspace", "single_index"])
+@pytest.mark.parametrize("name", ["subspace", "single_index", "interaction"])
 def test_f_ignores_nuisance_coordinates(name, device):
     task = make_task(name, 6)
     g = torch.Generator(device).manual_seed(1)
@@ -58,6 +60,18 @@ def test_sample_shapes_dtype_device_and_reproducibility(dtype, device):
     assert not torch.equal(x, x3)
 
 
+def test_float32_and_float64_draws_share_the_design(device):
+    """One seed, two dtypes: the same data up to float32 rounding (draws are made in float64 and cast)."""
+    task = make_task("isotropic", 4, noise_sd=0.3)
+    x32, y32 = task.sample((3,), 50, generator=torch.Generator(device).manual_seed(11), dtype=torch.float32)
+    x64, y64 = task.sample((3,), 50, generator=torch.Generator(device).manual_seed(11), dtype=torch.float64)
+    assert torch.equal(x32, x64.float()) and torch.equal(y32, y64.float())
+    # The stream is float64's: an explicit float64 draw from the same seed gives the design.
+    g = torch.Generator(device).manual_seed(11)
+    explicit = torch.randn(3, 50, 4, generator=g, dtype=torch.float64, device=device)
+    assert torch.equal(x64, explicit)
+
+
 def test_sample_distribution(device):
     """x ~ N(0, I) and y − f(x) ~ N(0, σ²), checked with the large-sample scale of each statistic."""
     task = make_task("isotropic", 3, noise_sd=0.5)
@@ -82,12 +96,15 @@ def test_signal_variance_does_not_depend_on_dim(device):
 
 def test_noise_free_task_returns_f(device):
     task = make_task("single_index", 2, noise_sd=0.0)
-    x, y = task.sample((3,), 10, generator=torch.Generator(device).manual_seed(0))
+    x, y = task.sample((3,), 10, generator=torch.Generator(device).manual_seed(0), dtype=torch.float64)
     assert torch.equal(y, task.f(x))
+    # In float32, y is f evaluated in float64 and then rounded: equal up to that rounding.
+    x32, y32 = task.sample((3,), 10, generator=torch.Generator(device).manual_seed(0))
+    torch.testing.assert_close(y32, task.f(x32), rtol=1e-6, atol=1e-6)
 
 
 def test_task_names():
-    assert set(TASKS) == {"isotropic", "subspace", "single_index"}
+    assert set(TASKS) == {"isotropic", "subspace", "single_index", "interaction"}
     assert make_task("subspace", 4).signal_dim == 2
 
 
@@ -95,8 +112,8 @@ def test_task_names():
     "call, exc, match",
     [
         (lambda: make_task("nope", 3), ValueError, "name"),
-        (lambda: make_task("isotropic", 0), ValueError, "dim"),
-        (lambda: make_task("isotropic", 2.0), TypeError, "dim"),
+        (lambda: make_task("isotropic", 0), ValueError, "embed_dim"),
+        (lambda: make_task("isotropic", 2.0), TypeError, "embed_dim"),
         (lambda: make_task("isotropic", 2, noise_sd=-1.0), ValueError, "noise_sd"),
         (lambda: make_task("isotropic", 2, noise_sd="a"), TypeError, "noise_sd"),
         (lambda: make_task("subspace", 2, signal_dim=3), ValueError, "signal_dim"),
@@ -116,3 +133,18 @@ def test_task_names():
 def test_bad_input_is_rejected(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_interaction_task_has_no_additive_part(device):
+    """E[f | x_0] = 0: a head that sees one coordinate only has nothing to learn (Var f ≈ 0.5 overall)."""
+    task = make_task("interaction", 3)
+    g = torch.Generator(device).manual_seed(9)
+    x = torch.randn(200_000, 3, generator=g, dtype=torch.float64, device=device)
+    fx = task.f(x)
+    assert abs(float(fx.var()) - (1 - math.exp(-8)) ** 2 / 2) < 0.01
+    bins = torch.bucketize(x[:, 0], torch.linspace(-2, 2, 9, dtype=torch.float64, device=device))
+    for b in range(10):
+        sel = fx[bins == b]
+        assert abs(float(sel.mean())) < 5 * float(sel.std()) / math.sqrt(sel.numel())
+    with pytest.raises(ValueError, match="embed_dim"):
+        make_task("interaction", 1)

@@ -102,8 +102,8 @@ def test_fibonacci_weights_large_H_ratio_tends_to_golden():
 
 @pytest.mark.parametrize("fn", [uniform_weights, fibonacci_weights, lambda H, **k: geometric_weights(H, 0.5, **k)])
 @pytest.mark.parametrize("bad_H, exc", [(0, ValueError), (-3, ValueError), (2.0, TypeError), (True, TypeError), ("4", TypeError)])
-def test_schemes_reject_bad_H(fn, bad_H, exc):
-    with pytest.raises(exc, match="H must"):
+def test_schemes_reject_bad_num_heads(fn, bad_H, exc):
+    with pytest.raises(exc, match="num_heads must"):
         fn(bad_H)
 
 
@@ -378,3 +378,26 @@ def test_assign_by_rank(dtype, device):
 def test_assign_by_rank_rejects_bad_order(order, exc, match):
     with pytest.raises(exc, match=match):
         assign_by_rank(uniform_weights(3, dtype=torch.float64), order)
+
+
+def test_least_squares_weights_match_numpy_lstsq(dtype, device, tol):
+    from nwlib import least_squares_weights
+
+    g = torch.Generator(device=device).manual_seed(3)
+    p = torch.randn(40, 4, 25, generator=g, dtype=dtype, device=device)
+    y = torch.randn(40, 25, generator=g, dtype=dtype, device=device)
+    for target in (y, y[0]):
+        a = least_squares_weights(p, target)
+        X = p.permute(0, 2, 1).reshape(-1, 4).double().cpu().numpy()
+        b = target.expand(40, 25).reshape(-1).double().cpu().numpy()
+        ref = np.linalg.lstsq(X, b, rcond=None)[0]
+        assert a.dtype == dtype and a.device == p.device
+        torch.testing.assert_close(a.cpu().double(), torch.from_numpy(ref), rtol=100 * tol["rtol"], atol=100 * tol["atol"])
+    # Not constrained to sum to one: summing heads that each carry half the signal gives weights (1, 1).
+    u = torch.randn(40, 25, generator=g, dtype=dtype, device=device)
+    half = torch.stack([0.5 * y + u, 0.5 * y - u], dim=1)
+    torch.testing.assert_close(least_squares_weights(half, y).double().cpu(), torch.ones(2, dtype=torch.float64), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="target"):
+        least_squares_weights(p, y[:, :3])
+    with pytest.raises(ValueError, match="ridge"):
+        least_squares_weights(p, y, ridge=-1.0)

@@ -1,4 +1,8 @@
-"""Handing computed numbers and figures from a notebook to the book."""
+"""Book tooling: handing computed numbers, equations and figures from a notebook to the book.
+
+Not part of the library's numerical API (and not in ``nwlib.__all__``): the
+notebooks import these with ``from nwlib.book import glue, glue_figure, glue_math``.
+"""
 
 from __future__ import annotations
 
