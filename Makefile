@@ -1,63 +1,129 @@
 # Two commands do everything on a fresh clone:
 #   make book   executes every notebook (profile standard) and builds the HTML book in _build/html
-#   make test   the whole suite: unit tests, notebooks (profile quick), strict book build, browser check
-# Both create .venv and install the project into it on first use.
+#   make test   lint, unit tests and doctests, notebooks (profile quick), strict book build and browser
+#               check, all built under _build/test (the book in _build/html is left alone)
+# Both create .venv on first use: `make book` installs ".[book]", `make test` ".[book,test]", at the
+# versions pinned in constraints.txt. A torch already in .venv is kept; otherwise TORCH_SPEC.
 
-PYTHON  ?= python3
-VENV    := .venv
-PY      := $(VENV)/bin/python
-STAMP   := $(VENV)/.nwlib-installed
-STAGE   := _build/stage
-HTML    := _build/html
-PROFILE ?= standard
-JB_FLAGS ?=
+PYTHON      ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+PIP         := $(PY) -m pip
+# Exact versions the committed results were made with; CONSTRAINTS= resolves freely instead.
+CONSTRAINTS ?= constraints.txt
+# torch for a .venv that has none yet (default: the constrained release). TORCH_INDEX_URL adds a
+# package index for it, e.g. https://download.pytorch.org/whl/cpu for the CPU-only build.
+TORCH_SPEC      ?= $(or $(shell grep -E '^torch==' constraints.txt 2>/dev/null),torch>=2.2)
+TORCH_INDEX_URL ?=
+BOOK_STAMP  := $(VENV)/.nwlib-book
+TEST_STAMP  := $(VENV)/.nwlib-test
+# constraints.txt without its torch line: the torch in .venv, whichever build, is kept.
+VENV_CONSTRAINTS := $(VENV)/constraints-without-torch.txt
+PIP_C       := $(if $(CONSTRAINTS),-c $(VENV_CONSTRAINTS))
+STAGE       ?= _build/stage
+HTML        ?= _build/html
+TEST_STAGE  := _build/test/stage
+TEST_HTML   := _build/test/html
+PROFILE     ?= standard
+# e.g. DEVICE=cuda: override every notebook's device parameter
+DEVICE      ?=
+NB_FLAGS    ?= $(if $(DEVICE),--device $(DEVICE))
+JB_FLAGS    ?=
+# jupyter-book writes <path-output>/_build/html; that folder is then moved to HTML.
+JB_OUT       = $(patsubst %/,%,$(HTML)).jb
 
-.PHONY: book test unit notebooks html browser-check bench clean help
+.PHONY: help book test unit lint notebooks verdicts html browser-check gpu-check bench torch clean
 
 help:
-	@echo "make book    - execute notebooks (PROFILE=$(PROFILE)) and build the book into $(HTML)"
-	@echo "make test    - unit tests, notebooks (quick), strict book build, browser check"
-	@echo "make bench   - run the benchmarks and update benchmarks/results/latest.json"
+	@echo "make book          execute notebooks (PROFILE=$(PROFILE)) and build the book into $(HTML)"
+	@echo "make test          lint, unit tests + doctests, notebooks (quick), strict build and browser"
+	@echo "                   check of the book in $(TEST_HTML)"
+	@echo "make lint          ruff and mypy (configured in pyproject.toml)"
+	@echo "make verdicts      check the verdict labels of the executed notebooks against book/verdicts.yaml"
+	@echo "make unit          pytest (tests/ and the doctests of nwlib), without the browser check"
+	@echo "make gpu-check     on a machine with a CUDA GPU: cuda tests, one notebook (full) and the"
+	@echo "                   quick benchmarks on the GPU; summary in _build/gpu/summary.txt"
+	@echo "make bench         run the benchmarks and update benchmarks/results/latest.json"
+	@echo "make torch         (re)install TORCH_SPEC [TORCH_INDEX_URL=...] into .venv"
+	@echo "variables: PROFILE=quick|standard|full DEVICE=cpu|cuda TORCH_SPEC=... TORCH_INDEX_URL=... CONSTRAINTS=..."
 
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	@# An installed torch (CPU or CUDA build, chosen by the user) is kept; otherwise PyPI's.
-	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch
-	$(PY) -m pip install --quiet -e ".[test]"
-	@touch $(STAMP)
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
 
-book: $(STAMP)
-	$(MAKE) --no-print-directory notebooks PROFILE=$(PROFILE)
-	$(MAKE) --no-print-directory html
+$(VENV_CONSTRAINTS): $(CONSTRAINTS) | $(PY)
+	grep -v -i -E '^torch[[:space:]]*([=<>!~;[]|$$)' $(CONSTRAINTS) > $@
+
+# An installed torch (CPU or CUDA build, chosen by the user) is kept; otherwise TORCH_SPEC.
+define ensure_torch
+	@if $(PY) -c "import torch" 2>/dev/null; then \
+	  echo "keeping the installed torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
+	else \
+	  echo "$(PIP) install $(PIP_C) $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) '$(TORCH_SPEC)'"; \
+	  $(PIP) install --quiet $(PIP_C) $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) '$(TORCH_SPEC)'; \
+	fi
+endef
+
+$(BOOK_STAMP): pyproject.toml $(CONSTRAINTS) $(if $(CONSTRAINTS),$(VENV_CONSTRAINTS)) | $(PY)
+	$(ensure_torch)
+	$(PIP) install --quiet $(PIP_C) -e ".[book]"
+	@touch $@
+
+$(TEST_STAMP): pyproject.toml $(CONSTRAINTS) $(if $(CONSTRAINTS),$(VENV_CONSTRAINTS)) | $(PY)
+	$(ensure_torch)
+	$(PIP) install --quiet $(PIP_C) -e ".[book,test]"
+	@touch $@ $(BOOK_STAMP)
+
+torch: $(if $(CONSTRAINTS),$(VENV_CONSTRAINTS)) | $(PY)
+	$(PIP) install $(PIP_C) $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) '$(TORCH_SPEC)'
+
+book: $(BOOK_STAMP)
+	$(MAKE) --no-print-directory notebooks PROFILE=$(PROFILE) STAGE=$(STAGE)
+	$(MAKE) --no-print-directory verdicts STAGE=$(STAGE)
+	$(MAKE) --no-print-directory html STAGE=$(STAGE) HTML=$(HTML)
 	@echo "Book built: open $(abspath $(HTML))/index.html"
 
-notebooks: $(STAMP)
+notebooks: $(BOOK_STAMP)
 	rm -rf $(STAGE)
-	$(PY) tools/run_notebooks.py --profile $(PROFILE) --stage $(STAGE)
+	$(PY) tools/run_notebooks.py --profile $(PROFILE) --stage $(STAGE) $(NB_FLAGS)
 
-html: $(STAMP)
-	rm -rf $(HTML)
-	$(VENV)/bin/jupyter-book build $(STAGE) --path-output _build $(JB_FLAGS)
-	@# jupyter-book writes to <path-output>/_build/html; keep the documented location.
-	rm -rf $(HTML) && mv _build/_build/html $(HTML) && rm -rf _build/_build
+# The verdict labels the notebooks glued must be those recorded in book/verdicts.yaml (every profile).
+verdicts: $(BOOK_STAMP)
+	$(PY) tools/check_verdicts.py $(STAGE)/notebooks
 
-unit: $(STAMP)
+html: $(BOOK_STAMP)
+	rm -rf $(HTML) $(JB_OUT)
+	$(VENV)/bin/jupyter-book build $(STAGE) --path-output $(JB_OUT) $(JB_FLAGS)
+	mv $(JB_OUT)/_build/html $(HTML) && rm -rf $(JB_OUT)
+
+lint: $(TEST_STAMP)
+	@rc=0; \
+	  echo "$(PY) -m ruff check ."; $(PY) -m ruff check . || rc=1; \
+	  echo "$(PY) -m mypy"; $(PY) -m mypy || rc=1; \
+	  exit $$rc
+
+unit: $(TEST_STAMP)
 	@$(PY) -m pytest -m "not browser" ; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
-browser-check: $(STAMP)
-	@NWLIB_REQUIRE_BOOK=1 $(PY) -m pytest -m browser ; rc=$$?; \
+# Checks the book in HTML (make test: the one it has just built in _build/test/html).
+browser-check: $(TEST_STAMP)
+	@NWLIB_BOOK_DIR=$(HTML) NWLIB_REQUIRE_BOOK=1 $(PY) -m pytest -m browser ; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no browser tests: failing" >&2; exit 1; fi; exit $$rc
 
-test: $(STAMP)
+test: $(TEST_STAMP)
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
-	$(MAKE) --no-print-directory notebooks PROFILE=quick
-	$(MAKE) --no-print-directory html JB_FLAGS="-n -W --keep-going"
-	$(MAKE) --no-print-directory browser-check
+	$(MAKE) --no-print-directory notebooks PROFILE=quick STAGE=$(TEST_STAGE)
+	$(MAKE) --no-print-directory verdicts STAGE=$(TEST_STAGE)
+	$(MAKE) --no-print-directory html STAGE=$(TEST_STAGE) HTML=$(TEST_HTML) JB_FLAGS="-n -W --keep-going"
+	$(MAKE) --no-print-directory browser-check HTML=$(TEST_HTML)
 	@git diff --quiet && test -z "$$(git status --porcelain)" || { echo "make test left the tree dirty:" >&2; git status --porcelain >&2; exit 1; }
 
-bench: $(STAMP)
+gpu-check: $(TEST_STAMP)
+	PYTHON=$(PY) bash tools/gpu_check.sh
+
+bench: $(TEST_STAMP)
 	$(PY) -m benchmarks.run
 
 clean:

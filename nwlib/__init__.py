@@ -8,15 +8,15 @@ One name per concept throughout, torch's where torch has one: ``num_heads`` (H),
 :mod:`nwlib.book`, outside this namespace.
 """
 
-from .device import resolve_device
-from .kernels import KERNELS, nadaraya_watson, nadaraya_watson_weights
-from .multihead import MultiHeadNW
 from .bandwidth import BandwidthSelection, loo_cv_score, select_bandwidth
 
 # --- Monte Carlo engine (Theorem 3.1) ---
 from .decomposition import Decomposition, IntegratedDecomposition, decompose, noise_covariance
+from .device import resolve_device
+from .kernels import KERNELS, nadaraya_watson, nadaraya_watson_weights
 from .montecarlo import MemoryEstimate, memory_estimate, simulate
-from .tasks import TASKS, RegressionTask, make_task
+from .multihead import MultiHeadNW
+
 # --- subspaces and the Head Diversity Index (Theorem 4.2) ---
 from .subspaces import (
     NORMALIZATIONS,
@@ -27,6 +27,8 @@ from .subspaces import (
     principal_angles,
     random_subspaces,
 )
+from .tasks import TASKS, RegressionTask, make_task
+
 # --- structured head weights (Theorem 7.1) ---
 from .weighting import (
     HeadRanking,

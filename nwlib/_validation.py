@@ -9,8 +9,8 @@ error or, worse, a silent broadcast.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from numbers import Real
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -136,7 +136,9 @@ def broadcast_batch(shapes: dict[str, torch.Size]) -> torch.Size:
         raise ValueError(f"batch dimensions do not broadcast: {described}") from None
 
 
-def require_generator(generator: object, device: torch.device | None = None, *, device_name: str = "device") -> torch.Generator:
+def require_generator(
+    generator: object, device: torch.device | str | None = None, *, device_name: str = "device"
+) -> torch.Generator:
     """A ``torch.Generator``, on the device type of ``device`` when one is given."""
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")

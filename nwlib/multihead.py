@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -76,7 +77,7 @@ class MultiHeadNW(nn.Module):
         self.kdim = embed_dim if kdim is None else require_positive_int(kdim, "kdim")
         self.vdim = embed_dim if vdim is None else require_positive_int(vdim, "vdim")
         self.batch_first = bool(batch_first)
-        factory = {"device": device, "dtype": dtype}
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
         self.q_proj_weight = nn.Parameter(torch.empty(embed_dim, embed_dim, **factory))
         self.k_proj_weight = nn.Parameter(torch.empty(embed_dim, self.kdim, **factory))
         self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim, **factory))
@@ -97,7 +98,7 @@ class MultiHeadNW(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     @classmethod
-    def from_torch(cls, mha: nn.MultiheadAttention) -> "MultiHeadNW":
+    def from_torch(cls, mha: nn.MultiheadAttention) -> MultiHeadNW:
         """Build the ensemble with the weights of a :class:`torch.nn.MultiheadAttention`.
 
         Parameters

@@ -28,22 +28,23 @@ Knyazev & Argentati 2002).
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from ._validation import (
+    broadcast_batch,
+    require_choice,
     require_device,
     require_dtype,
     require_generator,
-    require_real,
-    same_device,
-    broadcast_batch,
-    require_choice,
     require_positive_int,
+    require_real,
     require_same_dtype_device,
     require_tensor,
+    same_device,
 )
 
 __all__ = [

@@ -29,16 +29,16 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .decomposition import ensemble_error
 from ._validation import (
     require_device,
     require_dtype,
+    require_positive_int,
     require_predictions_target,
     require_real,
-    require_positive_int,
     require_same_dtype_device,
     require_tensor,
 )
+from .decomposition import ensemble_error
 
 __all__ = [
     "uniform_weights",
@@ -390,7 +390,9 @@ def assign_by_rank(weights: Tensor, order: Tensor) -> Tensor:
         raise ValueError(f"order is on {order.device} but weights is on {weights.device}; move them to one device")
     H = weights.shape[-1]
     if order.dim() != 1 or order.shape[0] != H:
-        raise ValueError(f"order must have shape ({H},) to match weights {tuple(weights.shape)}, got {tuple(order.shape)}")
+        raise ValueError(
+            f"order must have shape ({H},) to match weights {tuple(weights.shape)}, got {tuple(order.shape)}"
+        )
     order = order.long()
     if not torch.equal(torch.sort(order).values, torch.arange(H, device=order.device)):
         raise ValueError(f"order must be a permutation of 0..{H - 1}, got {order.tolist()}")

@@ -59,7 +59,7 @@ def _jackknife_reference(p: np.ndarray, f: np.ndarray, a: np.ndarray) -> dict[st
 
     loo = np.array([terms(np.delete(p, i, axis=0)) for i in range(r)])
     se = np.sqrt((r - 1) / r * ((loo - loo.mean(axis=0)) ** 2).sum(axis=0))
-    return dict(zip(("mse_se", "bias_sq_se", "variance_se", "covariance_se"), se))
+    return dict(zip(("mse_se", "bias_sq_se", "variance_se", "covariance_se"), se, strict=True))
 
 
 def test_matches_bruteforce_numpy(device):

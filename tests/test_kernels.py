@@ -198,6 +198,7 @@ def test_bad_input_names_the_argument(call, exc, match):
         call(q, k, v)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_mixed_devices_rejected():
     with pytest.raises(ValueError, match="keys"):

@@ -76,3 +76,34 @@ def test_every_notebook_and_chapter_is_in_the_toc():
         assert f"notebooks/{nb.stem}" in files, f"{nb.name} is not in _toc.yml"
     for entry in files:
         assert (ROOT / f"{entry}.md").exists() or (ROOT / f"{entry}.ipynb").exists(), f"{entry} in _toc.yml has no file"
+
+
+def parameter_defaults(path: Path) -> dict:
+    """Names and literal default values of the notebook's `parameters` cell."""
+    import ast
+
+    nb = json.loads(path.read_text())
+    (cell,) = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    defaults = {}
+    for node in ast.parse("".join(cell["source"])).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            defaults[node.targets[0].id] = ast.literal_eval(node.value)
+    return defaults
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_profile_values_have_the_parameters_types(path):
+    """A profile value has the type of the notebook's default (an int may stand for a float)."""
+    import yaml
+
+    defaults = parameter_defaults(path)
+    for profile in PROFILES:
+        params = yaml.safe_load((ROOT / "profiles" / profile / f"{path.stem}.yaml").read_text()) or {}
+        for name, value in params.items():
+            default = defaults[name]
+            ok = isinstance(value, type(default)) or (isinstance(default, float) and isinstance(value, int))
+            assert ok, f"{profile}/{path.stem}.yaml: {name} = {value!r}, but the notebook's default is {default!r}"
+            if name == "dtype":
+                assert value in ("float32", "float64"), f"{profile}/{path.stem}.yaml: unknown dtype {value!r}"
+            if name == "device":
+                assert value in ("auto", "cpu", "cuda", "mps"), f"{profile}/{path.stem}.yaml: device {value!r}"

@@ -7,26 +7,56 @@ the working tree stays clean.
 
     python tools/run_notebooks.py --profile quick
     python tools/run_notebooks.py --profile standard notebooks/ch01_attention_is_nw.ipynb
+    python tools/run_notebooks.py --profile full --device cuda --timeout 3600
 
 Parameters for notebook ``notebooks/<stem>.ipynb`` under profile ``P`` come
 from ``profiles/P/<stem>.yaml`` (a file papermill can read with ``-f``); the
 name of the profile is injected as the parameter ``profile``.
+
+Each notebook runs in a process of its own, under two limits: ``--cell-timeout``
+seconds for any one cell (papermill's ``execution_timeout``) and ``--timeout``
+seconds for the whole notebook, after which the process and its kernel are
+killed. Whatever goes wrong with one notebook (an exception in a cell, a cell or
+notebook timeout, a dead kernel, a missing parameter file) is reported and the
+run goes on with the next; a table at the end lists every notebook with its time
+and status, and the exit status is 1 if any notebook failed. The kernel's own
+console output goes to a log file per notebook (``<stage>-logs/<stem>.log``),
+whose tail is printed when the notebook fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-
-import papermill
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ("quick", "standard", "full")
 BOOK_SOURCES = ("_config.yml", "_toc.yml", "references.bib", "book")
+# Default limit per notebook, in seconds (the quick profile's notebooks take well under a minute each
+# on 2 CPU cores, the standard ones a few minutes; full is meant for a GPU).
+DEFAULT_TIMEOUT = {"quick": 600, "standard": 1800, "full": 4 * 3600}
+LOG_TAIL_LINES = 25
+
+
+@dataclass
+class Result:
+    notebook: str
+    profile: str
+    seconds: float
+    status: str  # "ok", "FAILED" or "TIMEOUT"
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
 
 
 def stage_sources(stage: Path) -> None:
@@ -41,56 +71,246 @@ def stage_sources(stage: Path) -> None:
             shutil.copy2(src, dst)
 
 
+def parameter_file(profile: str, notebook: Path) -> Path:
+    return ROOT / "profiles" / profile / f"{notebook.stem}.yaml"
+
+
 def load_parameters(profile: str, notebook: Path) -> dict:
-    path = ROOT / "profiles" / profile / f"{notebook.stem}.yaml"
+    """The profile's parameters for ``notebook``, plus ``profile`` itself."""
+    import yaml
+
+    path = parameter_file(profile, notebook)
     if not path.is_file():
-        raise SystemExit(f"missing parameter file {path.relative_to(ROOT)} for {notebook.name}")
+        raise FileNotFoundError(f"missing parameter file {_rel(path)} for {notebook.name}")
     params = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(params, dict):
+        raise ValueError(f"{_rel(path)} must hold a mapping of parameter names to values")
     params["profile"] = profile
     return params
 
 
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The kernel's debugger warns about frozen modules on every start; the warning is noise here.
+    env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """Stop the notebook's process and its kernel (which jupyter_client starts in a session of its own)."""
+    descendants = []
+    try:
+        import psutil
+
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:  # psutil missing, or the process already gone
+        pass
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for child in descendants:
+            try:
+                child.send_signal(sig)
+            except Exception:
+                pass
+        try:
+            proc.wait(timeout=grace)
+            if sig == signal.SIGTERM:
+                for child in descendants:
+                    try:
+                        child.wait(timeout=grace)
+                    except Exception:
+                        pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) -> Result:
+    """Execute one notebook in a child process under the notebook and cell limits."""
+    start = time.perf_counter()
+
+    def result(status: str, detail: str = "") -> Result:
+        return Result(nb.stem, args.profile, time.perf_counter() - start, status, detail)
+
+    if not nb.is_file():
+        return result("FAILED", f"no such notebook {_rel(nb)}")
+    try:
+        params = load_parameters(args.profile, nb)
+    except Exception as err:  # missing or malformed parameter file
+        return result("FAILED", f"{type(err).__name__}: {err}")
+    if args.device is not None:
+        params["device"] = args.device
+
+    log = log_dir / f"{nb.stem}.log"
+    spec_path = log_dir / f"{nb.stem}.spec.json"
+    result_path = log_dir / f"{nb.stem}.result.json"
+    result_path.unlink(missing_ok=True)
+    spec_path.write_text(
+        json.dumps(
+            {
+                "input": str(nb),
+                "output": str(out_dir / nb.name),
+                "cwd": str(out_dir),
+                "parameters": params,
+                "cell_timeout": args.cell_timeout or None,
+                "result": str(result_path),
+            }
+        )
+    )
+    timeout = args.timeout or None
+    with open(log, "w") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--execute-one", str(spec_path)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=_child_env(),
+            cwd=str(out_dir),
+            start_new_session=True,
+        )
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_tree(proc)
+            return result("TIMEOUT", f"notebook exceeded --timeout {args.timeout:g} s and was stopped")
+        except BaseException:  # Ctrl-C: take the kernel down with us
+            _kill_tree(proc)
+            raise
+    try:
+        reported = json.loads(result_path.read_text())
+    except (OSError, ValueError):
+        reported = {"status": "FAILED", "detail": f"runner process exited with code {rc} before reporting"}
+    return result(reported["status"], reported.get("detail", ""))
+
+
+def execute_one(spec_path: Path) -> int:
+    """Child process: run papermill on one notebook and write a one-line result file."""
+    spec = json.loads(spec_path.read_text())
+    status, detail = "ok", ""
+    try:
+        import papermill
+
+        papermill.execute_notebook(
+            spec["input"],
+            spec["output"],
+            parameters=spec["parameters"],
+            kernel_name="python3",
+            cwd=spec["cwd"],
+            progress_bar=False,
+            execution_timeout=spec["cell_timeout"],
+        )
+    except BaseException as err:  # every kind of failure is reported, not only PapermillExecutionError
+        status = "FAILED"
+        if type(err).__name__ == "PapermillExecutionError":
+            detail = f"cell [{err.exec_count}]: {err.ename}: {err.evalue}"  # type: ignore[attr-defined]
+        elif isinstance(err, TimeoutError):  # nbclient's CellTimeoutError
+            status = "TIMEOUT"
+            detail = f"a cell exceeded --cell-timeout {spec['cell_timeout']} s"
+        else:  # a dead kernel, a kernel that did not start, an unreadable notebook, ...
+            detail = f"{type(err).__name__}: {err}"
+        detail = " ".join(detail.split())[:500]
+        import traceback
+
+        traceback.print_exc()
+    Path(spec["result"]).write_text(json.dumps({"status": status, "detail": detail}))
+    return 0 if status == "ok" else 1
+
+
+def print_summary(results: list[Result], total: float) -> None:
+    width = max([len("notebook")] + [len(r.notebook) for r in results])
+    print()
+    print(f"{'notebook':<{width}}  {'profile':<8}  {'seconds':>8}  status")
+    print(f"{'-' * width}  {'-' * 8}  {'-' * 8}  {'-' * 6}")
+    for r in results:
+        status = r.status if r.ok else f"{r.status}: {r.detail}"
+        if len(status) > 100:
+            status = status[:97] + "..."
+        print(f"{r.notebook:<{width}}  {r.profile:<8}  {r.seconds:8.1f}  {status}")
+    failed = sum(not r.ok for r in results)
+    print(f"{'total':<{width}}  {'':<8}  {total:8.1f}  {len(results) - failed} ok, {failed} failed")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--execute-one"]:
+        return execute_one(Path(argv[1]))
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=PROFILES, default="standard")
     parser.add_argument("--stage", type=Path, default=ROOT / "_build" / "stage")
     parser.add_argument("--device", default=None, help="override the notebooks' device parameter")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds allowed per notebook, 0 for no limit (default by profile: "
+        + ", ".join(f"{name} {seconds}" for name, seconds in DEFAULT_TIMEOUT.items())
+        + ")",
+    )
+    parser.add_argument(
+        "--cell-timeout",
+        type=int,
+        default=None,
+        help="seconds allowed per cell (papermill's execution_timeout), 0 for no limit (default: --timeout)",
+    )
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/*.ipynb")
     args = parser.parse_args(argv)
+    if args.timeout is None:
+        args.timeout = DEFAULT_TIMEOUT[args.profile]
+    if args.cell_timeout is None:
+        args.cell_timeout = int(args.timeout)
 
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
     if not notebooks:
-        raise SystemExit("no notebooks found")
-    stage_sources(args.stage)
-    out_dir = args.stage / "notebooks"
+        print("no notebooks found", file=sys.stderr)
+        return 1
+    stage = args.stage.resolve()
+    stage_sources(stage)
+    out_dir = stage / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
-    timings = []
-    for nb in notebooks:
-        params = load_parameters(args.profile, nb)
-        if args.device is not None:
-            params["device"] = args.device
-        start = time.perf_counter()
-        print(f"[{args.profile}] executing {nb.relative_to(ROOT)}", flush=True)
-        try:
-            papermill.execute_notebook(
-                str(nb),
-                str(out_dir / nb.name),
-                parameters=params,
-                kernel_name="python3",
-                cwd=str(out_dir),
-                progress_bar=False,
-            )
-            status = "ok"
-        except papermill.PapermillExecutionError as err:
-            # Keep going so that one run reports every failing notebook.
-            status = f"FAILED: {err.ename}: {err.evalue}"
-        timings.append((nb.name, time.perf_counter() - start, status))
-    for name, seconds, status in timings:
-        print(f"  {seconds:7.1f} s  {name}  {status}")
-    print(f"  {sum(t[1] for t in timings):7.1f} s  total (profile {args.profile})")
-    failed = [name for name, _, status in timings if status != "ok"]
+    log_dir = stage.parent / f"{stage.name}-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    limits = f"limits: {args.timeout:g} s per notebook, {args.cell_timeout} s per cell (0 = none)"
+    print(f"executing {len(notebooks)} notebook(s), profile {args.profile}, into {_rel(out_dir)}; {limits}")
+    print(f"kernel output: {_rel(log_dir)}/<notebook>.log", flush=True)
+
+    results: list[Result] = []
+    started = time.perf_counter()
+    for i, nb in enumerate(notebooks, 1):
+        tag = f"[{i}/{len(notebooks)}] {nb.stem} ({args.profile})"
+        print(f"{tag} ...", flush=True)
+        res = run_one(nb, args, out_dir, log_dir)
+        results.append(res)
+        elapsed = time.perf_counter() - started
+        print(f"{tag} {res.status} in {res.seconds:.1f} s (elapsed {elapsed:.1f} s)", flush=True)
+        if not res.ok:
+            print(f"    {res.detail}", flush=True)
+            tail = _log_tail(log_dir / f"{nb.stem}.log")
+            if tail:
+                print(f"    --- last lines of {_rel(log_dir / (nb.stem + '.log'))} ---")
+                print("    " + tail.replace("\n", "\n    "), flush=True)
+    print_summary(results, time.perf_counter() - started)
+    failed = [r.notebook for r in results if not r.ok]
     if failed:
-        print(f"{len(failed)} notebook(s) raised: {', '.join(failed)}", file=sys.stderr)
+        print(f"{len(failed)} notebook(s) failed: {', '.join(failed)}", flush=True)
         return 1
     return 0
 
