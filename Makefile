@@ -17,6 +17,9 @@ TORCH_SPEC      ?= $(or $(shell grep -E '^torch==' constraints.txt 2>/dev/null),
 TORCH_INDEX_URL ?=
 BOOK_STAMP  := $(VENV)/.nwlib-book
 TEST_STAMP  := $(VENV)/.nwlib-test
+# The CITATION.cff validator lives in a venv of its own: cffconvert 2 pins jsonschema < 4, which
+# the book toolchain cannot use.
+CFFCONVERT  := $(VENV)/cffconvert/bin/cffconvert
 # constraints.txt without its torch line: the torch in .venv, whichever build, is kept.
 VENV_CONSTRAINTS := $(VENV)/constraints-without-torch.txt
 PIP_C       := $(if $(CONSTRAINTS),-c $(VENV_CONSTRAINTS))
@@ -32,12 +35,13 @@ JB_FLAGS    ?=
 # jupyter-book writes <path-output>/_build/html; that folder is then moved to HTML.
 JB_OUT       = $(patsubst %/,%,$(HTML)).jb
 
-.PHONY: help book test unit lint notebooks verdicts html browser-check gpu-check bench torch clean
+.PHONY: help book pdf test unit lint notebooks verdicts html browser-check gpu-check bench torch clean
 
 help:
 	@echo "make book          execute notebooks (PROFILE=$(PROFILE)) and build the book into $(HTML)"
 	@echo "make test          lint, unit tests + doctests, notebooks (quick), strict build and browser"
 	@echo "                   check of the book in $(TEST_HTML)"
+	@echo "make pdf           the book as one PDF in $(PDF) (needs TeX Live, see the README)"
 	@echo "make lint          ruff and mypy (configured in pyproject.toml)"
 	@echo "make verdicts      check the verdict labels of the executed notebooks against book/verdicts.yaml"
 	@echo "make unit          pytest (tests/ and the doctests of nwlib), without the browser check"
@@ -102,8 +106,12 @@ lint: $(TEST_STAMP)
 	  echo "$(PY) -m mypy"; $(PY) -m mypy || rc=1; \
 	  exit $$rc
 
-unit: $(TEST_STAMP)
-	@$(PY) -m pytest -m "not browser" ; rc=$$?; \
+$(CFFCONVERT): | $(PY)
+	$(PYTHON) -m venv $(VENV)/cffconvert
+	$(VENV)/cffconvert/bin/pip install --quiet cffconvert==2.0.0
+
+unit: $(TEST_STAMP) $(CFFCONVERT)
+	@NWLIB_CFFCONVERT=$(CFFCONVERT) $(PY) -m pytest -m "not browser" ; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 # Checks the book in HTML (make test: the one it has just built in _build/test/html).
@@ -119,6 +127,19 @@ test: $(TEST_STAMP)
 	$(MAKE) --no-print-directory html STAGE=$(TEST_STAGE) HTML=$(TEST_HTML) JB_FLAGS="-n -W --keep-going"
 	$(MAKE) --no-print-directory browser-check HTML=$(TEST_HTML)
 	@git diff --quiet && test -z "$$(git status --porcelain)" || { echo "make test left the tree dirty:" >&2; git status --porcelain >&2; exit 1; }
+
+# The whole book as one PDF (XeLaTeX; needs TeX Live: Debian's latexmk texlive-xetex
+# texlive-latex-extra texlive-fonts-recommended fonts-freefont-otf). Reuses the executed notebooks of
+# the last `make book` when they are there, else executes them (PROFILE).
+PDF := _build/pdf/nwlib-companion.pdf
+pdf: $(BOOK_STAMP)
+	@command -v xelatex >/dev/null && command -v latexmk >/dev/null || { \
+	  echo "make pdf needs TeX Live: apt-get install latexmk texlive-xetex texlive-latex-extra texlive-fonts-recommended fonts-freefont-otf" >&2; exit 1; }
+	@test -f $(STAGE)/notebooks/appendix_environment.ipynb || $(MAKE) --no-print-directory notebooks PROFILE=$(PROFILE) STAGE=$(STAGE)
+	rm -rf _build/latex-out
+	$(VENV)/bin/jupyter-book build $(STAGE) --path-output _build/latex-out --builder pdflatex
+	mkdir -p $(dir $(PDF)) && cp _build/latex-out/_build/latex/nwlib-companion.pdf $(PDF) && rm -rf _build/latex-out
+	@echo "PDF built: $(abspath $(PDF))"
 
 gpu-check: $(TEST_STAMP)
 	PYTHON=$(PY) bash tools/gpu_check.sh

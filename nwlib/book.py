@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["glue", "glue_figure", "glue_math"]
+__all__ = ["glue", "glue_code", "glue_figure", "glue_math"]
 
 
 def glue(name: str, value: Any, display: bool = False) -> None:
@@ -122,3 +122,51 @@ def glue_figure(name: str, figure: Any, directory: str | Path = "figures", dpi: 
     figure.savefig(path, dpi=dpi, bbox_inches="tight")
     glue(name, figure, display=True)
     return path
+
+
+class _GluedCode:
+    """A code block: plain text in a notebook, a highlighted ``<pre>`` on another book page."""
+
+    def __init__(self, text: str, language: str) -> None:
+        self.text, self.language = text, language
+
+    def _repr_html_(self) -> str:
+        escaped = self.text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        return (
+            f'<div class="glued-code highlight-{self.language} notranslate">'
+            f'<div class="highlight"><pre>{escaped}</pre></div></div>'
+        )
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def glue_code(name: str, text: str, language: str = "text", display: bool = True) -> None:
+    """Glue a block of code or text computed by the notebook (a BibTeX entry, a command line).
+
+    Quote it from a chapter page with the ``{glue}`` directive and its ``:doc:`` option, as
+    for :func:`glue_math`. A fenced code block on a page cannot show computed text: MyST does
+    not substitute inside code.
+
+    Parameters
+    ----------
+    name : str
+        The glue key.
+    text : str
+        The block's content, shown verbatim.
+    language : str, default "text"
+        Pygments language name, used as a CSS class (``highlight-<language>``).
+    display : bool, default True
+        Whether to also display the block in the notebook.
+
+    Examples
+    --------
+    >>> from nwlib.book import _GluedCode
+    >>> _GluedCode("a < b", "text")._repr_html_()
+    '<div class="glued-code highlight-text notranslate"><div class="highlight"><pre>a &lt; b</pre></div></div>'
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
+    if not isinstance(language, str) or not language.isidentifier():
+        raise ValueError(f"language must be a Pygments name such as 'bibtex', got {language!r}")
+    glue(name, _GluedCode(text, language), display=display)

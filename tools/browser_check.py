@@ -92,9 +92,10 @@ PAGE_PROBE = """
       src: img.getAttribute('src'), ok: img.complete && img.naturalWidth > 0}));
   const pasted = [...article.querySelectorAll('.pasted-text')].map(e => e.textContent.trim());
   // What a cross-page {glue} directive can paste: an output image (myst-nb names it by its
-  // SHA-256), an equation from nwlib.glue_math, or an HTML table (pandas DataFrame or Styler).
+  // SHA-256), an equation from nwlib.book.glue_math, a block from nwlib.book.glue_code, or an HTML
+  // table (pandas DataFrame or Styler).
   const pastedBlocks = [...article.querySelectorAll('img')].filter(i => /_images\\/[0-9a-f]{64}\\./.test(i.getAttribute('src') || '')).length
-      + article.querySelectorAll('.glued-math, table.dataframe, table[id^="T_"]').length;
+      + article.querySelectorAll('.glued-math, .glued-code, table.dataframe, table[id^="T_"]').length;
   // Literal roles left in prose mean MyST did not parse them; code listings may quote them.
   const prose = article.cloneNode(true);
   prose.querySelectorAll('pre, code, .highlight, .cell_input').forEach(e => e.remove());

@@ -44,6 +44,9 @@ BOOK_SOURCES = ("_config.yml", "_toc.yml", "references.bib", "book")
 # on 2 CPU cores, the standard ones a few minutes; full is meant for a GPU).
 DEFAULT_TIMEOUT = {"quick": 600, "standard": 1800, "full": 4 * 3600}
 LOG_TAIL_LINES = 25
+# The build's own record (environment, per-notebook times) reads the others' timings: it runs last.
+RUNS_LAST = "appendix_environment"
+TIMINGS_FILE = "_timings.json"
 
 
 @dataclass
@@ -69,6 +72,20 @@ def stage_sources(stage: Path) -> None:
             shutil.copytree(src, dst)
         else:
             shutil.copy2(src, dst)
+    import yaml  # (imported here like in load_parameters: the child processes do not need it)
+
+    # The repository URL has one home, repository.url; pages quote it as {{ repo_url }}.
+    config_path = stage / "_config.yml"
+    config = yaml.safe_load(config_path.read_text())
+    parse = config.setdefault("parse", {})
+    from repo_url import site_url  # tools/, this script's folder
+
+    url = str(config["repository"]["url"]).rstrip("/")
+    site = site_url(url)
+    subs = parse.setdefault("myst_substitutions", {})
+    subs.update(repo_url=url, site_url=site)
+    subs["pdf_link"] = f"[PDF]({site}/nwlib-companion.pdf)"  # the Pages workflow publishes it there
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
 
 
 def parameter_file(profile: str, notebook: Path) -> Path:
@@ -248,6 +265,12 @@ def print_summary(results: list[Result], total: float) -> None:
     print(f"{'total':<{width}}  {'':<8}  {total:8.1f}  {len(results) - failed} ok, {failed} failed")
 
 
+def write_timings(path: Path, results: list[Result]) -> None:
+    """Record what has run so far, for the build's environment page (read by its notebook)."""
+    path.write_text(json.dumps([{"notebook": r.notebook, "profile": r.profile, "seconds": round(r.seconds, 1),
+                                 "status": r.status} for r in results], indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--execute-one"]:
@@ -279,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         args.cell_timeout = int(args.timeout)
 
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    notebooks.sort(key=lambda p: p.stem == RUNS_LAST)  # stable: the others keep their order
     if not notebooks:
         print("no notebooks found", file=sys.stderr)
         return 1
@@ -299,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{tag} ...", flush=True)
         res = run_one(nb, args, out_dir, log_dir)
         results.append(res)
+        write_timings(out_dir / TIMINGS_FILE, results)
         elapsed = time.perf_counter() - started
         print(f"{tag} {res.status} in {res.seconds:.1f} s (elapsed {elapsed:.1f} s)", flush=True)
         if not res.ok:
