@@ -1,27 +1,54 @@
 """Peak memory of one call, measured in a fresh process.
 
 The call is one of the implementations of :mod:`benchmarks.references`,
-``nadaraya_watson``, or one run of the Monte Carlo engine ``nwlib.simulate``
-(``method="simulate"``), for which the engine's own stated bound is recorded too.
+``nadaraya_watson``, one run of the Monte Carlo engine ``nwlib.simulate``
+(``method="simulate"``, for which the engine's own stated bound is recorded
+too), or a known allocation that checks the probe itself
+(``method="known_allocation"``).
 
 Usage (by :mod:`benchmarks.run`): ``python -m benchmarks._memprobe '<json spec>'``;
 prints one JSON line.
 
-Method. Inputs are built, the method is run once at a tiny size (so that
-libraries, thread pools and kernels are loaded), then the resident set is
-read (``VmRSS``), the kernel's high-water mark is reset (writing ``5`` to
-``/proc/self/clear_refs``, Linux >= 4.0), the method runs once at full size, and
-the high-water mark (``VmHWM``) is read. The peak memory of the call is
-``VmHWM - VmRSS`` before it: everything the call touched beyond what was already
-resident (the inputs), including its output. A fresh process per case keeps one
-case's freed-but-retained heap from hiding the next one's allocations.
+The primary measure: live bytes
+-------------------------------
+``peak_bytes`` (= ``live_peak_bytes``) is the largest number of bytes of
+tensors alive at any moment of the call beyond those alive when it started:
+what the call itself allocates, its output included, independent of what the
+C library's allocator keeps or returns to the system.
 
-Where ``clear_refs`` cannot be written, ``getrusage``'s ``ru_maxrss`` is used
-instead; it cannot be reset, so an earlier, higher peak (importing torch) can
-hide the call's: the result says which method was used. For NumPy methods the
-``tracemalloc`` peak (NumPy reports its buffers to it) is recorded as well. On
-CUDA the measure is ``torch.cuda.max_memory_allocated`` after
-``reset_peak_memory_stats``, relative to the memory allocated before the call.
+* CPU, PyTorch code: the call runs under ``torch.profiler.profile(activities=[CPU],
+  profile_memory=True)``; every allocation and free of the CPU allocator is a
+  ``[memory]`` event with a signed byte count (``kineto_results.events()``,
+  ``nbytes()``). Summed in time order they give the live bytes over the call;
+  the peak is their maximum prefix sum (never below 0). The profiler reports the
+  allocations of the calling thread: PyTorch's CPU attention kernel allocates its
+  per-thread buffers there, before its parallel loop, and ``nwlib`` starts no
+  threads of its own. Not seen: memory that a library takes from ``malloc`` or
+  ``mmap`` directly instead of PyTorch's allocator (oneDNN/MKL scratch buffers,
+  the profiler's own event records); the RSS column bounds those.
+* CPU, NumPy code (the NumPy loop): NumPy reports its data buffers to
+  ``tracemalloc``, whose peak (after ``reset_peak``) is the measure.
+* CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``,
+  minus ``memory_allocated`` before the call.
+
+``live_end_bytes`` is what is still alive after the call (the output, plus
+anything the call cached), and ``expected_*`` fields of a known allocation let
+the result file check the probe itself.
+
+The secondary measure: resident set (CPU)
+-----------------------------------------
+``rss_peak_bytes`` is the rise of the process's resident set during the same
+call: the kernel's high-water mark (``VmHWM``, reset by writing ``5`` to
+``/proc/self/clear_refs``, Linux >= 4.0) minus ``VmRSS`` before. It includes
+freed memory that the allocator kept, the first touch of thread stacks and
+library scratch space, and the profiler's event buffers; it is what ``top``
+would show, not what the code holds. Where ``clear_refs`` cannot be written,
+``getrusage``'s ``ru_maxrss`` (not resettable) is used and the result says so.
+
+The warm-up (one call at a tiny size, under the profiler) loads libraries,
+thread pools, kernels and the profiler itself first, so that none of their
+one-off allocations lands in the measured call. A fresh process per case keeps
+one case's retained heap out of the next one's resident set.
 """
 
 from __future__ import annotations
@@ -31,16 +58,26 @@ import json
 import resource
 import sys
 import tracemalloc
-from typing import Callable
+from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from nwlib import nadaraya_watson
 
-from .references import identity_mha, materialised_softmax, numpy_loop, to_model_layout
+from .references import (
+    identity_mha,
+    materialised_gaussian,
+    materialised_softmax,
+    numpy_loop,
+    numpy_loop_gaussian,
+    to_model_layout,
+)
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+NUMPY_METHODS = ("numpy_loop",)
+LIVE_MEASURE_CPU = "torch.profiler [memory] events: peak of live bytes above the start"
+LIVE_MEASURE_NUMPY = "tracemalloc peak (NumPy data buffers)"
+LIVE_MEASURE_CUDA = "torch.cuda.max_memory_allocated minus memory_allocated before"
 
 
 def _status_kib(field: str) -> int:
@@ -60,6 +97,31 @@ def _reset_high_water_mark() -> bool:
         return False
 
 
+def live_bytes_trace(call: Callable[[], object]) -> tuple[object, dict]:
+    """Run ``call()`` under the profiler; return its output and the live-byte summary.
+
+    The summary has ``peak`` (maximum prefix sum of the CPU allocator's signed
+    byte counts, in time order, clipped at 0), ``end`` (their total: bytes still
+    alive after the call that were allocated during it, minus pre-existing bytes
+    freed) and ``events`` (how many allocator events were seen).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = call()
+    events = [
+        (e.start_ns(), i, e.nbytes())
+        for i, e in enumerate(prof.profiler.kineto_results.events())
+        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
+    ]
+    events.sort()  # time order; ties keep the recorded order
+    live = peak = 0
+    for _, _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return out, {"peak": int(peak), "end": int(live), "events": len(events)}
+
+
 def _inputs(spec: dict, R: int, H: int, m: int, n: int) -> tuple[torch.Tensor, ...]:
     device, dtype = torch.device(spec["device"]), _DTYPES[spec["dtype"]]
     gen = torch.Generator(device=device).manual_seed(spec.get("seed", 0))
@@ -75,15 +137,33 @@ def _builder(spec: dict, R: int, H: int, m: int, n: int) -> Callable[[], object]
     """A zero-argument callable running ``spec['method']`` on inputs of the given sizes."""
     method = spec["method"]
     if method == "simulate":
-        return _simulate_builder(spec, m, n)
+        return _simulate_builder(spec, R, m, n)
+    if method == "known_allocation":
+        keep, temp = int(spec["numel"]), int(spec.get("temp_numel", 0))
+        kw = dict(dtype=_DTYPES[spec["dtype"]], device=torch.device(spec["device"]))
+
+        def allocate() -> object:
+            x = torch.empty(keep, **kw).fill_(1.0)  # kept: the output
+            if temp:
+                t = torch.empty(temp, **kw).fill_(2.0)  # a temporary, freed before returning
+                del t
+            return x
+
+        return allocate
     q, k, v = _inputs(spec, R, H, m, n)
+    kernel, h = spec.get("kernel", "exp"), spec.get("bandwidth")
     scale = spec["d"] ** -0.5
     if method == "nw":
-        return lambda: nadaraya_watson(q, k, v)
+        kw = {} if kernel == "exp" else {"kernel": kernel, "bandwidth": h}
+        return lambda: nadaraya_watson(q, k, v, **kw)
     if method == "materialised":
+        if kernel == "gaussian":
+            return lambda: materialised_gaussian(q, k, v, h)
         return lambda: materialised_softmax(q, k, v, scale)
     if method == "numpy_loop":
         qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
+        if kernel == "gaussian":
+            return lambda: numpy_loop_gaussian(qn, kn, vn, h)
         return lambda: numpy_loop(qn, kn, vn, scale)
     if method in ("mha", "mha_need_weights"):
         mha = identity_mha(H, spec["d"], dtype=q.dtype, device=q.device)
@@ -98,7 +178,7 @@ def _builder(spec: dict, R: int, H: int, m: int, n: int) -> Callable[[], object]
     raise ValueError(f"unknown method {method!r}")
 
 
-def _simulate_builder(spec: dict, m: int, n: int) -> Callable[[], object]:
+def _simulate_builder(spec: dict, R: int, m: int, n: int) -> Callable[[], object]:
     from nwlib import make_task, simulate
 
     device, dtype = torch.device(spec["device"]), _DTYPES[spec["dtype"]]
@@ -107,6 +187,9 @@ def _simulate_builder(spec: dict, m: int, n: int) -> Callable[[], object]:
     task = make_task(spec.get("task", "isotropic"), D)
     W = torch.linalg.qr(torch.randn(H, D, d, generator=gen, dtype=dtype, device=device)).Q
     eval_points = torch.randn(m, D, generator=gen, dtype=dtype, device=device)
+    kwargs = {"chunk_size": spec.get("chunk_size"), "kernel": spec.get("kernel", "gaussian")}
+    if spec.get("head_data"):
+        kwargs["head_data"] = spec["head_data"]
 
     def call() -> object:
         return simulate(
@@ -114,80 +197,168 @@ def _simulate_builder(spec: dict, m: int, n: int) -> Callable[[], object]:
             W,
             eval_points,
             n=n,
-            replicates=spec["R"],
+            replicates=R,
             generator=torch.Generator(device=device).manual_seed(spec.get("seed", 0)),
-            chunk_size=spec.get("chunk_size"),
+            **kwargs,
         )
 
     return call
 
 
-def engine_bound(spec: dict) -> tuple[int, int]:
-    """The chunk size simulate uses and its stated bound on working memory, in bytes.
+def engine_bound(spec: dict) -> dict:
+    """The chunk size ``simulate`` uses for ``spec`` and the bound it states, in bytes.
 
-    The bound is ``chunk * bytes_per_replicate(...)`` (the engine's own estimate)
-    plus the returned (R, H, m) predictions.
+    With ``nwlib.montecarlo.memory_estimate`` (the engine's own statement: an
+    upper bound on the live bytes of the call, predictions included) the bound
+    is its ``.total`` for the chunk used, and ``.parts`` its breakdown; with
+    ``chunk_size=None`` the chunk is the largest whose ``.total`` fits the
+    default memory budget, as ``simulate`` chooses it. Without it (an older
+    nwlib) the bound is the earlier statement, ``chunk * bytes_per_replicate``
+    plus the (R, H, m) predictions, marked ``"legacy"``.
     """
-    from nwlib.montecarlo import DEFAULT_MEMORY_BUDGET, bytes_per_replicate
+    import nwlib.montecarlo as mc
 
-    itemsize = _DTYPES[spec["dtype"]].itemsize
-    per = bytes_per_replicate(
-        spec["H"], spec["n"], spec["m"], spec["D"], spec["d"], head_data="shared", itemsize=itemsize
-    )
-    chunk = spec.get("chunk_size") or max(1, min(spec["R"], DEFAULT_MEMORY_BUDGET // per))
-    return chunk, chunk * per + spec["R"] * spec["H"] * spec["m"] * itemsize
+    dtype = _DTYPES[spec["dtype"]]
+    R, H, m, n = spec["R"], spec["H"], spec["m"], spec["n"]
+    head_data = spec.get("head_data") or "shared"
+    kernel = spec.get("kernel", "gaussian")
+    budget = getattr(mc, "DEFAULT_MEMORY_BUDGET", 256 * 2**20)
+    if hasattr(mc, "memory_estimate"):
+
+        def estimate(chunk: int):
+            return mc.memory_estimate(
+                num_heads=H, n=n, m=m, embed_dim=spec["D"], head_dim=spec["d"], replicates=R,
+                chunk_size=chunk, head_data=head_data, kernel=kernel, dtype=dtype, device=spec["device"],
+            )
+
+        chunk = spec.get("chunk_size")
+        if chunk is None:
+            chunk = next((c for c in range(R, 0, -1) if estimate(c).total <= budget), 1)
+        est = estimate(chunk)
+        return {
+            "chunk_size_used": int(chunk),
+            "bound_bytes": int(est.total),
+            "bound_parts_bytes": {str(k): int(v) for k, v in dict(est.parts).items()},
+            "bound_source": "nwlib.montecarlo.memory_estimate",
+            "memory_budget_bytes": int(budget),
+        }
+    itemsize = dtype.itemsize
+    per = mc.bytes_per_replicate(H, n, m, spec["D"], spec["d"], head_data=head_data, itemsize=itemsize)
+    chunk = spec.get("chunk_size") or max(1, min(R, budget // per))
+    output = R * H * m * itemsize
+    return {
+        "chunk_size_used": int(chunk),
+        "bound_bytes": int(chunk * per + output),
+        "bound_parts_bytes": {"chunk working memory": int(chunk * per), "predictions": int(output)},
+        "bound_source": "legacy: chunk * bytes_per_replicate + predictions",
+        "memory_budget_bytes": int(budget),
+    }
+
+
+def _observe_chunk(result: dict) -> Callable[[], None]:
+    """Record the batch shape of the engine's first kernel call (its chunk); returns an undo."""
+    try:
+        import nwlib.montecarlo as mc
+    except ImportError:
+        return lambda: None
+    original = getattr(mc, "nadaraya_watson", None)
+    if original is None:
+        return lambda: None
+
+    def spy(queries, keys, values, **kw):
+        result.setdefault("engine_first_call_keys_shape", list(keys.shape))
+        return original(queries, keys, values, **kw)
+
+    mc.nadaraya_watson = spy
+
+    def undo() -> None:
+        mc.nadaraya_watson = original
+
+    return undo
 
 
 def measure(spec: dict) -> dict:
     """Peak memory of one call of ``spec['method']``; see the module docstring."""
     device = torch.device(spec["device"])
     R, H, m, n = spec["R"], spec["H"], spec["m"], spec["n"]
-    small = _builder(spec, 1, 1, 8, 16) if spec["method"] != "simulate" else None
-    if small is not None:
-        small()
+    method = spec["method"]
+    # Warm-up at a tiny size, under the profiler, so that one-off allocations
+    # (libraries, thread pools, the profiler itself) happen before the measurement.
+    small_spec = {**spec, "R": 1}
+    if method == "known_allocation":
+        small_spec.update(numel=1, temp_numel=1)
+    small = _builder(small_spec, 1, 1 if method != "simulate" else H, 8, 16)
+    if device.type == "cpu" and method not in NUMPY_METHODS:
+        live_bytes_trace(small)
     else:
-        # The engine's warm-up runs its own small problem (one replicate, small n and m).
-        _builder({**spec, "R": 1}, 1, H, 8, 16)()
+        small()
     call = _builder(spec, R, H, m, n)
     gc.collect()
     result: dict = {"spec": spec}
-    if spec["method"] == "simulate":
-        result["chunk_size_used"], result["engine_bound_bytes"] = engine_bound(spec)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        out = call()
-        torch.cuda.synchronize(device)
-        result.update(
-            measure="torch.cuda.max_memory_allocated",
-            peak_bytes=int(torch.cuda.max_memory_allocated(device) - before),
-            baseline_bytes=int(before),
-        )
-        del out
-        return result
-    baseline_kib = _status_kib("VmRSS")
-    if _reset_high_water_mark():
-        out = call()
-        peak_kib = _status_kib("VmHWM")
-        result["measure"] = "VmHWM after clear_refs, minus VmRSS before"
-    else:
-        out = call()
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        result["measure"] = "ru_maxrss minus VmRSS before (may understate)"
+    if method == "simulate":
+        result.update(engine_bound(spec))
+        result["engine_bound_bytes"] = result["bound_bytes"]  # the name of schema 1
+    if method == "known_allocation":
+        itemsize = _DTYPES[spec["dtype"]].itemsize
+        result["expected_peak_bytes"] = itemsize * (int(spec["numel"]) + int(spec.get("temp_numel", 0)))
+        result["expected_end_bytes"] = itemsize * int(spec["numel"])
+    undo = _observe_chunk(result) if method == "simulate" else (lambda: None)
+    try:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            before = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            out = call()
+            torch.cuda.synchronize(device)
+            peak = int(torch.cuda.max_memory_allocated(device) - before)
+            result.update(
+                measure=LIVE_MEASURE_CUDA,
+                live_measure=LIVE_MEASURE_CUDA,
+                peak_bytes=peak,
+                live_peak_bytes=peak,
+                live_end_bytes=int(torch.cuda.memory_allocated(device) - before),
+                baseline_bytes=int(before),
+            )
+            if method == "simulate":
+                result["within_bound"] = bool(peak <= result["bound_bytes"])
+            del out
+            return result
+        baseline_kib = _status_kib("VmRSS")
+        hwm_reset = _reset_high_water_mark()
+        if method in NUMPY_METHODS:
+            out = call()
+            live = None
+        else:
+            out, live = live_bytes_trace(call)
+        peak_kib = _status_kib("VmHWM") if hwm_reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    finally:
+        undo()
     del out
     result.update(
-        peak_bytes=max(0, peak_kib - baseline_kib) * 1024,
-        baseline_bytes=baseline_kib * 1024,
-        process_peak_bytes=peak_kib * 1024,
+        rss_measure="VmHWM after clear_refs, minus VmRSS before" if hwm_reset
+        else "ru_maxrss minus VmRSS before (may understate)",
+        rss_peak_bytes=max(0, peak_kib - baseline_kib) * 1024,
+        baseline_rss_bytes=baseline_kib * 1024,
+        process_peak_rss_bytes=peak_kib * 1024,
     )
-    if spec["method"] == "numpy_loop":
+    if method in NUMPY_METHODS:
         gc.collect()
         tracemalloc.start()
+        tracemalloc.reset_peak()
+        start = tracemalloc.get_traced_memory()[0]
         out = call()
-        result["tracemalloc_peak_bytes"] = int(tracemalloc.get_traced_memory()[1])
+        current, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         del out
+        result.update(live_measure=LIVE_MEASURE_NUMPY, live_peak_bytes=int(peak - start),
+                      live_end_bytes=int(current - start), tracemalloc_peak_bytes=int(peak - start))
+    else:
+        result.update(live_measure=LIVE_MEASURE_CPU, live_peak_bytes=live["peak"],
+                      live_end_bytes=live["end"], allocator_events=live["events"])
+    result["measure"] = result["live_measure"]
+    result["peak_bytes"] = result["live_peak_bytes"]
+    if method == "simulate":
+        result["within_bound"] = bool(result["live_peak_bytes"] <= result["bound_bytes"])
     return result
 
 

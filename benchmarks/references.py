@@ -6,8 +6,15 @@ and ``tests/test_benchmarks_smoke.py`` checks on small ones:
 
 * :func:`materialised_softmax`: ``softmax(Q Kᵀ · scale) V`` in one batched torch
   expression, which forms the (R, H, m, n) weight tensor;
+  :func:`materialised_gaussian` is the same with the Gaussian kernel,
+  ``softmax(-cdist(Q, K)² / (2h²)) V``;
 * :func:`numpy_loop`: a NumPy loop over replicates and heads, one (m, n) weight
   matrix at a time, with the usual max-subtraction for stability;
+  :func:`numpy_loop_gaussian` is the same with the Gaussian kernel (squared
+  distances through ``|q|² + |k|² - 2 q·k``);
+* :func:`sdpa_unpadded`: ``scaled_dot_product_attention`` called directly with
+  scalar responses as values of width 1, the call that takes PyTorch's slow CPU
+  path (``nadaraya_watson`` pads the values to the key width instead);
 * :func:`statsmodels_nw`: statsmodels' ``KernelReg`` with the local-constant
   (Nadaraya–Watson) estimator, a Gaussian product kernel and a fixed bandwidth;
 * :func:`identity_mha`: ``torch.nn.MultiheadAttention`` whose input and output
@@ -26,7 +33,10 @@ from torch import Tensor
 
 __all__ = [
     "materialised_softmax",
+    "materialised_gaussian",
     "numpy_loop",
+    "numpy_loop_gaussian",
+    "sdpa_unpadded",
     "statsmodels_nw",
     "identity_mha",
     "to_model_layout",
@@ -51,6 +61,21 @@ def materialised_softmax(queries: Tensor, keys: Tensor, values: Tensor, scale: f
     """
     scalar = values.dim() == keys.dim() - 1
     weights = torch.softmax(queries @ keys.mT * scale, dim=-1)
+    if scalar:
+        return (weights @ values.unsqueeze(-1)).squeeze(-1)
+    return weights @ values
+
+
+def materialised_gaussian(queries: Tensor, keys: Tensor, values: Tensor, bandwidth: float) -> Tensor:
+    """Gaussian-kernel NW, ``softmax(-cdist(Q, K)² / (2h²)) V``, with the weight tensor formed.
+
+    What a reader would write for ``nadaraya_watson(..., kernel="gaussian",
+    bandwidth=h)`` with PyTorch alone. Shapes as in :func:`materialised_softmax`.
+    """
+    scalar = values.dim() == keys.dim() - 1
+    logits = torch.cdist(queries, keys).pow(2).mul_(-0.5 / (bandwidth * bandwidth))
+    weights = torch.softmax(logits, dim=-1)
+    del logits
     if scalar:
         return (weights @ values.unsqueeze(-1)).squeeze(-1)
     return weights @ values
@@ -82,6 +107,45 @@ def numpy_loop(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, scale:
             logits /= logits.sum(axis=1, keepdims=True)
             out[r, h] = logits @ values[r, h]
     return out
+
+
+def numpy_loop_gaussian(
+    queries: np.ndarray, keys: np.ndarray, values: np.ndarray, bandwidth: float
+) -> np.ndarray:
+    """Gaussian-kernel NW with a Python loop over the leading (R, H) axes.
+
+    The logits are ``-(|q|² + |k|² - 2 q·k) / (2h²)`` for one (m, n) block at a
+    time, then the same max-subtraction, exp and normalisation as
+    :func:`numpy_loop`. Shapes as there; ``bandwidth`` is h.
+    """
+    R, H, m, _ = queries.shape
+    out = np.empty((R, H, m) + values.shape[3:], dtype=queries.dtype)
+    coef = queries.dtype.type(-0.5 / (bandwidth * bandwidth))
+    two = queries.dtype.type(2.0)
+    for r in range(R):
+        for h in range(H):
+            q, k = queries[r, h], keys[r, h]
+            logits = q @ k.T
+            logits *= -two
+            logits += (q * q).sum(axis=1)[:, None]
+            logits += (k * k).sum(axis=1)[None, :]
+            logits *= coef
+            logits -= logits.max(axis=1, keepdims=True)
+            np.exp(logits, out=logits)
+            logits /= logits.sum(axis=1, keepdims=True)
+            out[r, h] = logits @ values[r, h]
+    return out
+
+
+def sdpa_unpadded(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+    """``scaled_dot_product_attention(Q, K, v[..., None])[..., 0]`` for scalar responses.
+
+    The direct call with values of width 1: on the CPU the fused kernel needs
+    queries, keys and values of one width, so this takes a slower path. Shapes:
+    queries (R, H, m, d), keys (R, H, n, d), values (R, H, n); returns (R, H, m).
+    """
+    out = torch.nn.functional.scaled_dot_product_attention(queries, keys, values.unsqueeze(-1))
+    return out.squeeze(-1)
 
 
 def statsmodels_nw(

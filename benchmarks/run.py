@@ -1,8 +1,9 @@
-"""Time and memory of :func:`nwlib.nadaraya_watson` against the alternatives.
+"""Time and memory of :func:`nwlib.nadaraya_watson` and :func:`nwlib.simulate` against the alternatives.
 
     python -m benchmarks.run                  # full run, writes benchmarks/results/latest.json
     python -m benchmarks.run --quick          # smoke run (small sizes), prints only
     python -m benchmarks.run --device cuda    # the GPU path; skipped when CUDA is absent
+    python -m benchmarks.run --quick --only 'float32-scalar|engine'   # a subset (regex on names)
 
 What is measured
 ----------------
@@ -16,19 +17,30 @@ What is measured
   rounds times ``nadaraya_watson`` right after the NumPy loop without the pause.
   Reported: the median and quartiles per implementation, the ratio of medians to
   ``nadaraya_watson``, and the median of the per-round ratios (a paired estimate,
-  robust to drifting load).
-* The machine's matmul throughput: a large GEMM of the configuration's dtype
-  is one more participant in the rounds, so it is measured under the same load.
-  ``nadaraya_watson``'s achieved rate counts 4·R·H·m·n·w flops (two products of
-  width w = max(d, p), the width its fused kernel works at) and ignores the exps.
-* Peak memory: one fresh process per case (:mod:`benchmarks._memprobe` explains
-  the measure), including the Monte Carlo engine ``nwlib.simulate`` against its
-  chunk size and the number of replicates, next to the bound it states.
+  robust to drifting load). Both kernels are timed: the exponential (attention)
+  kernel and the Gaussian one the book's experiments use.
+* The Monte Carlo engine end to end: ``simulate`` (Gaussian kernel, shared data,
+  H = 8, the engine's own chunk size) is a participant of a configuration whose
+  ``nadaraya_watson`` does the same kernel work on precomputed keys; reported in
+  replicates per second.
+* The machine's attainable rates, measured in the same rounds (so under the same
+  load): a large GEMM (flop/s) and ``torch.exp`` over a cache-sized buffer
+  (exps/s) of the configuration's dtype. ``nadaraya_watson`` does 4·R·H·m·n·w flops
+  (two products of width w = max(d, p), the width its fused kernel works at) and
+  R·H·m·n exponentials; the attainable time for that work is
+  max(flops / GEMM rate, exps / exp rate), and the roofline fraction is attainable
+  time over measured time.
+* Peak memory: one fresh process per case, as the peak of live tensor bytes during
+  the call (:mod:`benchmarks._memprobe` explains the measure and how it is checked
+  against known allocations, recorded with the results), with the rise of the
+  resident set as a secondary column; for the Monte Carlo engine next to the bound
+  the engine states for itself (``nwlib.montecarlo.memory_estimate``).
 
-Targets (CPU, float32, R=64, H=8, m=256, n=2048, d=8, scalar responses): at
-least 5x faster than the materialised softmax and 4x faster than the NumPy loop,
-as ratios of medians in one run; and at m = n = 16384, one head, a peak memory
-under 1 GiB for ``nadaraya_watson`` (and for the Monte Carlo engine when present).
+Targets (CPU, float32, R=64, H=8, m=256, n=2048, d=8, scalar responses, exp
+kernel): at least 5x faster than the materialised softmax and 4x faster than the
+NumPy loop, as ratios of medians in one run; at m = n = 16384, one head, a peak
+memory under 1 GiB for ``nadaraya_watson`` (and for the Monte Carlo engine); and
+for every engine case a live peak within the bound the engine states.
 """
 
 from __future__ import annotations
@@ -39,13 +51,14 @@ import json
 import os
 import platform
 import random
+import re
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 if __package__ in (None, ""):  # run as `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -54,41 +67,52 @@ if __package__ in (None, ""):  # run as `python benchmarks/run.py`
 import numpy as np
 import torch
 
-from nwlib import nadaraya_watson
-
 from benchmarks.references import (
     from_model_layout,
     identity_mha,
+    materialised_gaussian,
     materialised_softmax,
     numpy_loop,
+    numpy_loop_gaussian,
+    sdpa_unpadded,
     statsmodels_nw,
     to_model_layout,
 )
+from nwlib import nadaraya_watson
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "benchmarks" / "results" / "latest.json"
-SCHEMA = 1
-GIB = 2**30
+SCHEMA = 2
+GIB, MIB = 2**30, 2**20
 
 METHODS = {
     "nw": "nwlib.nadaraya_watson",
     "materialised": "torch softmax(Q Kᵀ/√d) V, weights formed",
     "numpy_loop": "NumPy loop over replicates and heads",
+    "sdpa_unpadded": "scaled_dot_product_attention with values of width 1 (no padding)",
     "mha": "nn.MultiheadAttention, identity projections, need_weights=False",
     "mha_need_weights": "nn.MultiheadAttention, identity projections, default call (need_weights=True)",
     "statsmodels": "statsmodels KernelReg (reg_type='lc', fixed bw, Gaussian)",
+    "simulate": "nwlib.simulate end to end (data drawn, projected, estimated)",
     "gemm": "reference GEMM (machine throughput)",
+    "exp": "reference torch.exp over a cache-sized buffer (machine throughput)",
 }
+GAUSSIAN_METHODS = {"materialised": "softmax(-cdist(Q, K)²/(2h²)) V, weights formed",
+                    "numpy_loop": "NumPy loop over replicates and heads, Gaussian kernel"}
 TARGETS = {"materialised": 5.0, "numpy_loop": 4.0}
+TARGET_CONFIG = "cpu-float32-scalar"
 CONTROL = "control"
+# Participants that compute no NW estimate (machine rates) or not on the same data (simulate).
+NOT_COMPARED = ("gemm", "exp", "simulate")
 # Agreement required between every implementation and nadaraya_watson before timing.
 AGREEMENT = {torch.float32: 1e-4, torch.float64: 1e-10}
+EXP_NUMEL, EXP_REPEATS = 2**20, 64  # 4 MiB of float32 in, 4 out: cache-resident on a server CPU
 
 
 @dataclass
 class Config:
     name: str
-    group: str  # "grid" (the target size), "scaling" (time against n), "statsmodels"
+    group: str  # "grid" (target size, both kernels), "scaling" (time against n), "statsmodels", "engine"
     device: str
     dtype: str
     R: int
@@ -100,6 +124,7 @@ class Config:
     methods: list[str]
     kernel: str = "exp"
     bandwidth: float | None = None
+    D: int | None = None  # engine: input dimension (keys are x W_h with W_h of shape (D, d))
     # Also time nadaraya_watson right after the NumPy loop without the pause (a control).
     control: bool = False
     results: dict = field(default_factory=dict)
@@ -116,6 +141,15 @@ class Config:
     def nw_flops(self) -> float:
         width = max(self.d, self.p or 1)
         return 4.0 * self.R * self.H * self.m * self.n * width
+
+    @property
+    def nw_exps(self) -> float:
+        return float(self.R * self.H * self.m * self.n)
+
+
+def scott_bandwidth(n: int, d: int, sigma: float = 1.0) -> float:
+    """Scott's rule h = σ n^(-1/(d+4)), the engine's default for standard-normal projected keys."""
+    return sigma * n ** (-1.0 / (d + 4))
 
 
 def _sync(device: torch.device) -> None:
@@ -134,17 +168,66 @@ def _inputs(cfg: Config) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return q, k, v
 
 
-def _callables(cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict[str, Callable]:
+def _engine_callables(cfg: Config) -> dict[str, Callable]:
+    """``simulate`` end to end, and ``nadaraya_watson`` on the same shapes with the data precomputed.
+
+    As in the book's engine benchmark: task "isotropic" in D dimensions, W_h of
+    shape (D, d) with N(0, 1/16) entries, m evaluation points, scalar responses,
+    the Gaussian kernel with the engine's default bandwidth, shared data.
+    """
+    from nwlib import make_task, simulate
+
+    device, dtype = torch.device(cfg.device), cfg.torch_dtype
+    gen = torch.Generator(device=device).manual_seed(0)
+    task = make_task("isotropic", cfg.D)
+    W = torch.randn(cfg.H, cfg.D, cfg.d, generator=gen, dtype=dtype, device=device) / 4
+    z = torch.randn(cfg.m, cfg.D, generator=gen, dtype=dtype, device=device)
+    x, y = task.sample((cfg.R,), cfg.n, generator=gen, dtype=dtype)
+    keys = x.unsqueeze(1) @ W  # (R, H, n, d)
+    values = y.unsqueeze(1)  # (R, 1, n): shared by the heads
+    queries = z @ W  # (H, m, d)
+    sigma = (W.pow(2).sum(dim=(-2, -1)) / cfg.d).sqrt()  # the engine's default bandwidth per head
+    bw = sigma * cfg.n ** (-1.0 / (cfg.d + 4))
+    cfg.results["bandwidth_per_head"] = [float(b) for b in bw]
+
+    def run_simulate():
+        return simulate(task, W, z, n=cfg.n, replicates=cfg.R,
+                        generator=torch.Generator(device=device).manual_seed(1))
+
+    return {
+        "nw": lambda: nadaraya_watson(queries, keys, values, kernel="gaussian", bandwidth=bw),
+        "simulate": run_simulate,
+    }
+
+
+def _callables(cfg: Config) -> dict[str, Callable]:
     """Each implementation as a zero-argument callable returning (R, H, m[, p]) as torch or numpy."""
-    scale = cfg.d**-0.5
-    nw_kwargs = {} if cfg.kernel == "exp" else {"kernel": cfg.kernel, "bandwidth": cfg.bandwidth}
-    calls: dict[str, Callable] = {"nw": lambda: nadaraya_watson(q, k, v, **nw_kwargs)}
+    device, dtype = torch.device(cfg.device), cfg.torch_dtype
+    if cfg.group == "engine":
+        calls = _engine_callables(cfg)
+    else:
+        q, k, v = _inputs(cfg)
+        scale = cfg.d**-0.5
+        h = cfg.bandwidth
+        gaussian = cfg.kernel == "gaussian"
+        nw_kwargs = {"kernel": "gaussian", "bandwidth": h} if gaussian else {}
+        calls = {"nw": lambda: nadaraya_watson(q, k, v, **nw_kwargs)}
     for method in cfg.methods:
+        if method in calls:
+            continue
         if method == "materialised":
-            calls[method] = lambda: materialised_softmax(q, k, v, scale)
+            calls[method] = (lambda: materialised_gaussian(q, k, v, h)) if gaussian else (
+                lambda: materialised_softmax(q, k, v, scale))
         elif method == "numpy_loop":
             qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
-            calls[method] = lambda qn=qn, kn=kn, vn=vn: numpy_loop(qn, kn, vn, scale)
+            if gaussian:
+                calls[method] = lambda qn=qn, kn=kn, vn=vn: numpy_loop_gaussian(qn, kn, vn, h)
+            else:
+                calls[method] = lambda qn=qn, kn=kn, vn=vn: numpy_loop(qn, kn, vn, scale)
+        elif method == "sdpa_unpadded":
+            if gaussian or cfg.p is not None:
+                raise ValueError("sdpa_unpadded compares the exp kernel with scalar responses")
+            calls[method] = lambda: sdpa_unpadded(q, k, v)
         elif method in ("mha", "mha_need_weights"):
             mha = identity_mha(cfg.H, cfg.d, dtype=q.dtype, device=q.device)
             qm, km, vm = to_model_layout(q), to_model_layout(k), to_model_layout(v)
@@ -157,16 +240,31 @@ def _callables(cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -
             calls[method] = call
         elif method == "statsmodels":
             qn, kn, vn = q[0, 0].numpy(), k[0, 0].numpy(), v[0, 0].numpy()
-            bw = cfg.bandwidth
-            calls[method] = lambda: statsmodels_nw(qn, kn, vn, bw)[None, None]
+            calls[method] = lambda qn=qn, kn=kn, vn=vn: statsmodels_nw(qn, kn, vn, h)[None, None]
         elif method == "gemm":
-            size = 8192 if q.device.type == "cuda" else 2048
-            gen = torch.Generator(device=q.device).manual_seed(0)
-            a = torch.randn(size, size, generator=gen, dtype=q.dtype, device=q.device)
-            b = torch.randn(size, size, generator=gen, dtype=q.dtype, device=q.device)
-            calls[method] = lambda: a @ b
+            size = 8192 if device.type == "cuda" else 2048
+            gen = torch.Generator(device=device).manual_seed(0)
+            a = torch.randn(size, size, generator=gen, dtype=dtype, device=device)
+            b = torch.randn(size, size, generator=gen, dtype=dtype, device=device)
+            calls[method] = lambda a=a, b=b: a @ b
             cfg.results["gemm_flops"] = 2.0 * size**3
-        elif method != "nw":
+            cfg.results["gemm_size"] = size
+        elif method == "exp":
+            numel = EXP_NUMEL * (4 if device.type == "cuda" else 1)
+            gen = torch.Generator(device=device).manual_seed(0)
+            # Arguments in [-20, 0], as after the max-subtraction of a softmax.
+            x = torch.rand(numel, generator=gen, dtype=dtype, device=device).mul_(-20.0)
+            y = torch.empty_like(x)
+
+            def exp_call(x=x, y=y):
+                for _ in range(EXP_REPEATS):
+                    torch.exp(x, out=y)
+                return y
+
+            calls[method] = exp_call
+            cfg.results["exp_count"] = float(numel * EXP_REPEATS)
+            cfg.results["exp_buffer_bytes"] = numel * x.element_size()
+        else:
             raise ValueError(f"unknown method {method!r}")
     return calls
 
@@ -185,8 +283,7 @@ def run_config(cfg: Config, rounds: int, rng: random.Random, pause: float = 0.0)
     torch), and on a small machine they take the cores from whichever call comes next.
     """
     device = torch.device(cfg.device)
-    q, k, v = _inputs(cfg)
-    calls = _callables(cfg, q, k, v)
+    calls = _callables(cfg)
     reference = calls["nw"]()
     if "statsmodels" in calls:
         reference = reference[:1, :1]
@@ -195,7 +292,10 @@ def run_config(cfg: Config, rounds: int, rng: random.Random, pause: float = 0.0)
         _sync(device)
         out = call()
         _sync(device)
-        if name in ("nw", "gemm"):
+        if name == "simulate":
+            if tuple(out.shape) != (cfg.R, cfg.H, cfg.m) or not bool(torch.isfinite(out).all()):
+                raise RuntimeError(f"{cfg.name}: simulate returned shape {tuple(out.shape)} or non-finite values")
+        if name == "nw" or name in NOT_COMPARED:
             continue
         err = _max_abs_diff(out, reference)
         tol = AGREEMENT[cfg.torch_dtype] * max(1.0, float(reference.abs().max()))
@@ -226,10 +326,11 @@ def run_config(cfg: Config, rounds: int, rng: random.Random, pause: float = 0.0)
     for name, ts in samples.items():
         q1, med, q3 = (float(x) for x in np.quantile(ts, [0.25, 0.5, 0.75]))
         entry = {"median_s": med, "q1_s": q1, "q3_s": q3, "samples_s": ts}
-        if name not in ("nw", "gemm"):
+        if name not in ("nw", "gemm", "exp"):
             entry["ratio_to_nw"] = med / nw_med
-            entry["paired_ratio_median"] = statistics.median(t / s for t, s in zip(ts, samples["nw"]))
-            entry["max_abs_diff_vs_nw"] = agreement[name]
+            entry["paired_ratio_median"] = statistics.median(t / s for t, s in zip(ts, samples["nw"], strict=True))
+            if name in agreement:
+                entry["max_abs_diff_vs_nw"] = agreement[name]
         methods[name] = entry
     cfg.results["methods"] = methods
     if control:
@@ -239,11 +340,46 @@ def run_config(cfg: Config, rounds: int, rng: random.Random, pause: float = 0.0)
             "median_s": statistics.median(control_samples),
             "nw_median_s": nw_med,
         }
-    cfg.results["nw_gflops"] = cfg.nw_flops / nw_med / 1e9
+    r = cfg.results
+    r["nw_flops"], r["nw_exps"] = cfg.nw_flops, cfg.nw_exps
+    r["nw_gflops"] = cfg.nw_flops / nw_med / 1e9
     if "gemm" in samples:
-        gemm = cfg.results["gemm_flops"] / statistics.median(samples["gemm"]) / 1e9
-        cfg.results["gemm_gflops"] = gemm
-        cfg.results["nw_fraction_of_gemm"] = cfg.results["nw_gflops"] / gemm
+        r["gemm_gflops"] = r["gemm_flops"] / statistics.median(samples["gemm"]) / 1e9
+        r["nw_fraction_of_gemm"] = r["nw_gflops"] / r["gemm_gflops"]
+    if "exp" in samples:
+        r["exp_gexps"] = r["exp_count"] / statistics.median(samples["exp"]) / 1e9
+    if "gemm" in samples and "exp" in samples:
+        gemm_s = cfg.nw_flops / (r["gemm_gflops"] * 1e9)
+        exp_s = cfg.nw_exps / (r["exp_gexps"] * 1e9)
+        # Paired: each round's attainable time (from that round's GEMM and exp) over its nw time.
+        paired = [max(cfg.nw_flops * tg / r["gemm_flops"], cfg.nw_exps * te / r["exp_count"]) / tn
+                  for tg, te, tn in zip(samples["gemm"], samples["exp"], samples["nw"], strict=True)]
+        r["roofline"] = {
+            "gemm_time_s": gemm_s,
+            "exp_time_s": exp_s,
+            "attainable_s": max(gemm_s, exp_s),
+            "limited_by": "exp" if exp_s >= gemm_s else "gemm",
+            "measured_s": nw_med,
+            "fraction": max(gemm_s, exp_s) / nw_med,
+            "fraction_paired_median": statistics.median(paired),
+        }
+    if "simulate" in samples:
+        sim_med = statistics.median(samples["simulate"])
+        r["replicates_per_s"] = cfg.R / sim_med
+        r["simulate_size"] = {"R": cfg.R, "H": cfg.H, "D": cfg.D, "d_k": cfg.d, "n": cfg.n, "m": cfg.m,
+                              "dtype": cfg.dtype, "kernel": cfg.kernel, "head_data": "shared"}
+        if "roofline" in r:
+            r["roofline"]["simulate_measured_s"] = sim_med
+            r["roofline"]["simulate_fraction"] = r["roofline"]["attainable_s"] / sim_med
+        try:
+            from benchmarks._memprobe import engine_bound
+
+            r["chunk_size_used"] = engine_bound(dict(
+                device=cfg.device, dtype=cfg.dtype, R=cfg.R, H=cfg.H, D=cfg.D, d=cfg.d, m=cfg.m, n=cfg.n,
+                chunk_size=None, kernel=cfg.kernel))["chunk_size_used"]
+        except Exception as exc:  # an nwlib without a stated memory model
+            r["chunk_size_used"] = None
+            r["chunk_size_note"] = f"{type(exc).__name__}: {exc}"
 
 
 def measure_memory(spec: dict, timeout: float = 600.0) -> dict:
@@ -255,9 +391,11 @@ def measure_memory(spec: dict, timeout: float = 600.0) -> dict:
         text=True,
         timeout=timeout,
     )
-    if proc.returncode != 0:
-        return {"spec": spec, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = [line for line in proc.stdout.strip().splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        err = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        return {"spec": spec, "error": err[-1] if err else "failed"}
+    return json.loads(lines[-1])
 
 
 def build_configs(device: str, quick: bool) -> list[Config]:
@@ -267,16 +405,38 @@ def build_configs(device: str, quick: bool) -> list[Config]:
     for dtype in ("float32", "float64"):
         for p in (None, d):
             methods = ["materialised"] + (["numpy_loop"] if on_cpu else [])
+            if p is None and dtype == "float32" and on_cpu:
+                methods += ["sdpa_unpadded"]
             if p == d:  # MHA's heads return vectors of the head dimension
                 methods += ["mha", "mha_need_weights"]
             configs.append(
                 Config(
                     name=f"{device}-{dtype}-{'scalar' if p is None else 'vector'}",
                     group="grid", device=device, dtype=dtype, R=R, H=H, m=m, n=n, d=d, p=p,
-                    methods=methods + ["gemm"],
+                    methods=methods + ["gemm", "exp"],
                     control=on_cpu and dtype == "float32" and p is None,
                 )
             )
+    # The Gaussian kernel, as the experiments use it (scalar responses, Scott's bandwidth for
+    # standard-normal keys). float32 only: the exp rows above show what float64 costs, and the
+    # whole run has to stay within about ten minutes on two cores.
+    configs.append(
+        Config(
+            name=f"{device}-float32-scalar-gaussian", group="grid", device=device, dtype="float32",
+            R=R, H=H, m=m, n=n, d=d, p=None,
+            methods=["materialised"] + (["numpy_loop"] if on_cpu else []) + ["gemm", "exp"],
+            kernel="gaussian", bandwidth=scott_bandwidth(n, d),
+        )
+    )
+    # The engine end to end: the book's engine benchmark size (H = 8, d_k = 4, D = 16, n = 2048, m = 256).
+    eR, eH, eD, ed, em, en = (8, 8, 16, 4, 128, 512) if quick else (64, 8, 16, 4, 256, 2048)
+    configs.append(
+        Config(
+            name=f"{device}-engine-gaussian-H{eH}", group="engine", device=device, dtype="float32",
+            R=eR, H=eH, m=em, n=en, d=ed, p=None, D=eD, methods=["simulate", "gemm", "exp"],
+            kernel="gaussian",
+        )
+    )
     scaling_R, scaling_ns = (2, (256, 1024)) if quick else (8, (512, 2048, 8192))
     for n_s in scaling_ns:
         configs.append(
@@ -298,6 +458,15 @@ def build_configs(device: str, quick: bool) -> list[Config]:
     return configs
 
 
+def probe_specs(device: str) -> list[dict]:
+    """Known allocations that check the memory probe itself (recorded with the results)."""
+    base = dict(case="probe", method="known_allocation", device=device, dtype="float32", R=1, H=1, m=1, n=1)
+    return [
+        dict(base, name="probe-4MiB", numel=2**20),
+        dict(base, name="probe-4MiB-kept-8MiB-freed", numel=2**20, temp_numel=2**21),
+    ]
+
+
 def memory_specs(device: str, quick: bool) -> list[dict]:
     R, H, m, n, d = (8, 8, 128, 512, 8) if quick else (64, 8, 256, 2048, 8)
     on_cpu = device == "cpu"
@@ -307,50 +476,70 @@ def memory_specs(device: str, quick: bool) -> list[dict]:
         if p == d:
             methods += ["mha", "mha_need_weights"]
         for method in methods:
-            specs.append(dict(case="grid", method=method, device=device, dtype="float32",
-                              R=R, H=H, m=m, n=n, d=d, p=p))
+            specs.append(dict(case="grid", name=f"grid-{method}-{'scalar' if p is None else 'vector'}",
+                              method=method, device=device, dtype="float32", R=R, H=H, m=m, n=n, d=d, p=p))
     large = ["nw"] if quick else ["nw", "materialised"] + (["numpy_loop"] if on_cpu else [])
     for method in large:
-        specs.append(dict(case="large", method=method, device=device, dtype="float32",
+        specs.append(dict(case="large", name=f"large-{method}", method=method, device=device, dtype="float32",
                           R=1, H=1, m=16384, n=16384, d=d, p=None))
     return specs
 
 
 def engine_specs(device: str, quick: bool) -> list[dict]:
-    """Peak memory of the Monte Carlo engine against its chunk size and the replicate count.
+    """Live peak of the Monte Carlo engine against its chunk size and the replicate count.
 
-    One head, D = 16, d_k = 8, m = n = 16384 (quick: 4096). A chunk-size sweep at a
-    fixed number of replicates (chunk None: the engine's own choice under its default
-    memory budget), and a replicate sweep at a fixed chunk size: memory bounded by
-    chunking must level off in R.
+    One head, D = 16, d_k = 8, m = n = 16384 (quick: 4096), Gaussian kernel, shared
+    data: a chunk-size sweep at a fixed number of replicates (chunk None: the
+    engine's own choice under its default memory budget) and a replicate sweep at a
+    fixed chunk size (memory bounded by chunking must not grow with R beyond the
+    (R, H, m) predictions; every R is at least one data block of 16 replicates, so
+    the step from the first block to the next is inside the sweep's first interval
+    only); the case in both sweeps is measured once. Then one case with the
+    exponential kernel and one with H = 8 heads sharing the data.
     """
     try:
         from nwlib import simulate  # noqa: F401
     except ImportError:
         return []
     if quick:
-        size, runs = 4096, [("chunk", 8, 1), ("chunk", 8, 4), ("replicates", 32, 4)]
+        size, chunk_R, chunks, fixed, Rs, other_R = 4096, 16, (1, 4, None), 4, (16, 32, 64), 8
     else:
-        size = 16384
-        runs = [("chunk", 64, c) for c in (1, 4, 16, None)]
-        runs += [("replicates", R, 4) for R in (16, 128)]
-    return [
-        dict(case="engine", sweep=sweep, method="simulate", device=device, dtype="float32", R=R, H=1,
-             D=16, d=8, m=size, n=size, chunk_size=c)
-        for sweep, R, c in runs
-    ]
+        size, chunk_R, chunks, fixed, Rs, other_R = 16384, 64, (1, 4, 16, None), 4, (16, 64, 128), 16
+    base = dict(case="engine", method="simulate", device=device, dtype="float32", H=1, D=16, d=8,
+                m=size, n=size, kernel="gaussian", head_data="shared")
+    runs: dict[tuple, dict] = {}
+    for c in chunks:
+        runs[(chunk_R, c, "gaussian", 1)] = dict(base, R=chunk_R, chunk_size=c, sweeps=["chunk"])
+    for R in Rs:
+        key = (R, fixed, "gaussian", 1)
+        if key in runs:
+            runs[key]["sweeps"].append("replicates")
+        else:
+            runs[key] = dict(base, R=R, chunk_size=fixed, sweeps=["replicates"])
+    runs[(other_R, fixed, "exp", 1)] = dict(base, R=other_R, chunk_size=fixed, kernel="exp", sweeps=["kernel"])
+    runs[(other_R // 2, None, "gaussian", 8)] = dict(base, R=other_R // 2, H=8, chunk_size=None, sweeps=["heads"])
+    specs = []
+    for spec in runs.values():
+        chunk = "auto" if spec["chunk_size"] is None else spec["chunk_size"]
+        spec["name"] = f"engine-{spec['kernel']}-H{spec['H']}-R{spec['R']}-chunk{chunk}"
+        specs.append(spec)
+    return specs
 
 
 def machine_info(devices: list[str]) -> dict:
-    cpu_model, flags = platform.processor() or "unknown", []
+    cpu_model, vendor, flags = platform.processor() or "unknown", None, []
+    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+              "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
     try:
         text = Path("/proc/cpuinfo").read_text()
         for line in text.splitlines():
             if line.startswith("model name") and cpu_model in ("unknown", platform.processor()):
                 cpu_model = line.split(":", 1)[1].strip()
+            if line.startswith("vendor_id") and vendor is None:
+                vendor = line.split(":", 1)[1].strip()
             if line.startswith("flags"):
                 present = set(line.split(":", 1)[1].split())
-                flags = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in present]
+                flags = [f for f in wanted if f in present]
                 break
     except OSError:
         pass
@@ -371,12 +560,31 @@ def machine_info(devices: list[str]) -> dict:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     except OSError:
         commit = ""
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except AttributeError:
+        capability = None
+    parallel = torch.__config__.parallel_info().splitlines()
+    backend = next((line.split(":", 1)[1].strip() for line in parallel
+                    if line.startswith("ATen parallel backend")), None)
+    numpy_blas = None
+    try:
+        numpy_blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"].get("name")
+    except Exception:  # older NumPy: no dict mode
+        pass
     info = {
         "cpu_model": cpu_model,
+        "cpu_vendor": vendor,
         "cpu_flags": flags,
+        "cpu_capability": capability,
         "logical_cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "torch_parallel_backend": backend,
+        "torch_mkl": torch.backends.mkl.is_available(),
+        "torch_mkldnn": torch.backends.mkldnn.is_available(),
+        "numpy_blas": numpy_blas,
         "memory_bytes": mem_total,
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -384,7 +592,8 @@ def machine_info(devices: list[str]) -> dict:
         "numpy": np.__version__,
         "statsmodels": sm_version,
         "git_commit": commit or None,
-        "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ},
+        "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                  "ATEN_CPU_CAPABILITY") if k in os.environ},
     }
     if "cuda" in devices:
         info["cuda_device"] = torch.cuda.get_device_name(0)
@@ -395,7 +604,7 @@ def machine_info(devices: list[str]) -> dict:
 def evaluate_targets(configs: list[Config], memory: list[dict]) -> list[dict]:
     targets = []
     grid = {c.name: c for c in configs if c.group == "grid"}
-    target_cfg = grid.get("cpu-float32-scalar")
+    target_cfg = grid.get(TARGET_CONFIG)
     if target_cfg is not None:
         for method, threshold in TARGETS.items():
             entry = target_cfg.results["methods"].get(method)
@@ -418,18 +627,36 @@ def evaluate_targets(configs: list[Config], memory: list[dict]) -> list[dict]:
                 "description": "nadaraya_watson, m = n = 16384, one head: peak memory of the call under 1 GiB",
                 "limit_bytes": GIB,
                 "peak_bytes": rec["peak_bytes"],
+                "measure": rec.get("measure"),
                 "pass": rec["peak_bytes"] < GIB,
             })
-    engine = [r for r in memory if r["spec"]["case"] == "engine" and "peak_bytes" in r
-              and r["spec"]["m"] == r["spec"]["n"] == 16384]
-    if engine:
-        worst = max(r["peak_bytes"] for r in engine)
+    engine = [r for r in memory if r["spec"]["case"] == "engine"]
+    large_engine = [r for r in engine if "peak_bytes" in r and r["spec"]["m"] == r["spec"]["n"] == 16384]
+    if large_engine:
+        worst = max(r["peak_bytes"] for r in large_engine)
         targets.append({
             "id": "memory_engine",
-            "description": "Monte Carlo engine, m = n = 16384, one head: peak memory under 1 GiB at every chunk size tried",
+            "description": "Monte Carlo engine, m = n = 16384: peak memory under 1 GiB in every case tried",
             "limit_bytes": GIB,
             "peak_bytes": worst,
+            "measure": large_engine[0].get("measure"),
             "pass": worst < GIB,
+        })
+    if engine:
+        measured = [r for r in engine if "live_peak_bytes" in r and "bound_bytes" in r]
+        failing = [r["spec"]["name"] for r in measured if r["live_peak_bytes"] > r["bound_bytes"]]
+        errors = [r["spec"]["name"] for r in engine if r not in measured]
+        sources = sorted({r["bound_source"] for r in measured})
+        targets.append({
+            "id": "engine_within_bound",
+            "description": "engine: live peak ≤ stated bound in every case",
+            "cases": len(engine),
+            "within": len(measured) - len(failing),
+            "failing": failing,
+            "not_measured": errors,
+            "worst_peak_over_bound": max((r["live_peak_bytes"] / r["bound_bytes"] for r in measured), default=None),
+            "bound_source": sources,
+            "pass": bool(measured) and not failing and not errors,
         })
     return targets
 
@@ -438,9 +665,15 @@ def _fmt_time(s: float) -> str:
     return f"{s * 1e3:9.1f} ms" if s < 10 else f"{s:9.2f} s "
 
 
+def _mib(x: float | None) -> str:
+    return "–" if x is None else f"{x / MIB:.1f}"
+
+
 def print_report(report: dict) -> None:
-    print(f"\nnwlib benchmarks  ({report['machine']['cpu_model']}, {report['machine']['usable_cpus']} CPUs, "
-          f"torch {report['machine']['torch']}, {report['date']}{', quick' if report['quick'] else ''})")
+    mach = report["machine"]
+    print(f"\nnwlib benchmarks  ({mach['cpu_model']}, {mach.get('cpu_capability')}, {mach['usable_cpus']} CPUs, "
+          f"{mach['torch_threads']} threads, torch {mach['torch']}, {report['date']}"
+          f"{', quick' if report['quick'] else ''})")
     for cfg in report["configs"]:
         size = f"R={cfg['R']} H={cfg['H']} m={cfg['m']} n={cfg['n']} d={cfg['d']}"
         resp = "scalar" if cfg["p"] is None else f"p={cfg['p']}"
@@ -456,27 +689,44 @@ def print_report(report: dict) -> None:
             print(f"  control: nw right after the NumPy loop, no pause: {_fmt_time(r['control']['median_s']).strip()}")
         if "gemm_gflops" in r:
             print(f"  nw {r['nw_gflops']:.1f} GFLOP/s = {100 * r['nw_fraction_of_gemm']:.1f}% of GEMM "
-                  f"{r['gemm_gflops']:.1f} GFLOP/s")
+                  f"{r['gemm_gflops']:.1f} GFLOP/s; exp {r.get('exp_gexps', float('nan')):.2f} Gexp/s")
+        if "roofline" in r:
+            rf = r["roofline"]
+            print(f"  roofline: attainable {_fmt_time(rf['attainable_s']).strip()} (limited by {rf['limited_by']}), "
+                  f"measured {_fmt_time(rf['measured_s']).strip()}: {100 * rf['fraction']:.0f}% of attainable")
+        if "replicates_per_s" in r:
+            print(f"  simulate: {r['replicates_per_s']:.1f} replicates/s (chunk {r.get('chunk_size_used')})")
     if report["memory"]:
-        print("\npeak memory of one call (fresh process each)")
+        print("\npeak memory of one call (fresh process each): live tensor bytes, and the rise of RSS")
         for rec in report["memory"]:
             s = rec["spec"]
-            label = f"{s['case']:<7}{s['method']:<18}R={s['R']} H={s['H']} m={s['m']} n={s['n']}"
-            if s["method"] == "simulate":
-                label += f" chunk={rec.get('chunk_size_used', s['chunk_size'])}"
-            value = f"{rec['peak_bytes'] / 2**20:10.1f} MiB" if "peak_bytes" in rec else f"  error: {rec.get('error')}"
-            if "engine_bound_bytes" in rec:
-                value += f"  (stated bound {rec['engine_bound_bytes'] / 2**20:.1f} MiB)"
-            print(f"  {label:<62}{value}")
+            label = f"{s.get('name', s['case'] + '-' + s['method']):<40}"
+            if "error" in rec:
+                print(f"  {label}  error: {rec['error']}")
+                continue
+            line = (f"  {label}live {_mib(rec.get('live_peak_bytes')):>9} MiB"
+                    f"   RSS {_mib(rec.get('rss_peak_bytes')):>9} MiB")
+            if "expected_peak_bytes" in rec:
+                line += f"   (expected {_mib(rec['expected_peak_bytes'])} MiB)"
+            if "bound_bytes" in rec:
+                verdict = "within" if rec["within_bound"] else "ABOVE"
+                line += (f"   chunk {rec['chunk_size_used']}, bound {_mib(rec['bound_bytes'])} MiB: {verdict}")
+            print(line)
+    print(f"\nwall time {report['wall_time_s']:.0f} s")
     print("\ntargets" + (" (quick run: small sizes, not the target configuration)" if report["quick"] else ""))
     for t in report["targets"]:
         verdict = "PASS" if t["pass"] else "FAIL"
         if "ratio" in t:
             print(f"  {verdict}  {t['description']}: {t['ratio']:.2f}x (paired {t['paired_ratio']:.2f}x)")
+        elif t["id"] == "engine_within_bound":
+            extra = f"; above: {', '.join(t['failing'])}" if t["failing"] else ""
+            extra += f"; not measured: {', '.join(t['not_measured'])}" if t["not_measured"] else ""
+            print(f"  {verdict}  {t['description']}: {t['within']} of {t['cases']} within "
+                  f"(bound: {', '.join(t['bound_source']) or 'none'}){extra}")
         else:
-            print(f"  {verdict}  {t['description']}: {t['peak_bytes'] / 2**20:.1f} MiB")
+            print(f"  {verdict}  {t['description']}: {t['peak_bytes'] / MIB:.1f} MiB")
     if not report["quick"] and not any(t["id"] == "memory_engine" for t in report["targets"]):
-        print("  (Monte Carlo engine not present: its memory bound was not measured)")
+        print("  (Monte Carlo engine not measured at m = n = 16384)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -489,39 +739,54 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds of idle before each timed call, so that one library's spinning "
                              "worker threads do not slow the next call (default 0.5; quick 0.25)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
+    parser.add_argument("--only", default=None, metavar="REGEX",
+                        help="run only the configurations and memory cases whose names match (re.search)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the order of calls within rounds")
     parser.add_argument("--output", type=Path, default=None,
-                        help=f"JSON result file (default {DEFAULT_OUTPUT.relative_to(ROOT)}; quick runs write none unless given)")
+                        help=f"JSON result file (default {DEFAULT_OUTPUT.relative_to(ROOT)}; "
+                             "--quick and --only runs write none unless given)")
     args = parser.parse_args(argv)
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("CUDA requested but not available: GPU benchmarks skipped.")
         return 0
-    devices = {"auto": ["cpu"] + (["cuda"] if torch.cuda.is_available() else []), "cpu": ["cpu"], "cuda": ["cuda"]}[args.device]
+    auto = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = {"auto": auto, "cpu": ["cpu"], "cuda": ["cuda"]}[args.device]
     rounds = args.rounds or (3 if args.quick else 7)
     pause = args.pause if args.pause is not None else (0.25 if args.quick else 0.5)
-    output = args.output if args.output is not None else (None if args.quick else DEFAULT_OUTPUT)
+    output = args.output if args.output is not None else (None if args.quick or args.only else DEFAULT_OUTPUT)
     rng = random.Random(args.seed)
+    selected = (lambda name: re.search(args.only, name) is not None) if args.only else (lambda name: True)
 
     started = time.perf_counter()
     load_before = os.getloadavg()
     configs: list[Config] = []
     for device in devices:
         for cfg in build_configs(device, args.quick):
+            if not selected(cfg.name):
+                continue
             print(f"timing {cfg.name} ...", flush=True)
+            t0 = time.perf_counter()
             run_config(cfg, rounds, rng, pause)
+            cfg.results["wall_s"] = time.perf_counter() - t0
             configs.append(cfg)
     memory = []
     if not args.no_memory:
         for device in devices:
-            for spec in memory_specs(device, args.quick) + engine_specs(device, args.quick):
-                print(f"memory {spec['case']} {spec['method']} {device} ...", flush=True)
-                memory.append(measure_memory(spec))
+            for spec in probe_specs(device) + memory_specs(device, args.quick) + engine_specs(device, args.quick):
+                if not selected(spec["name"]):
+                    continue
+                print(f"memory {spec['name']} {device} ...", flush=True)
+                t0 = time.perf_counter()
+                rec = measure_memory(spec)
+                rec["wall_s"] = time.perf_counter() - t0
+                memory.append(rec)
     report = {
         "schema": SCHEMA,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python -m benchmarks.run"] + (argv if argv is not None else sys.argv[1:])),
         "quick": args.quick,
+        "only": args.only,
         "rounds": rounds,
         "pause_s": pause,
         "devices": devices,
@@ -530,6 +795,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_after": list(os.getloadavg()),
         "wall_time_s": time.perf_counter() - started,
         "methods": METHODS,
+        "gaussian_methods": GAUSSIAN_METHODS,
+        "exp_reference": {"numel": EXP_NUMEL, "repeats": EXP_REPEATS, "argument_range": [-20.0, 0.0]},
         "configs": [asdict(c) for c in configs],
         "memory": memory,
         "targets": evaluate_targets(configs, memory),
