@@ -35,13 +35,15 @@ JB_FLAGS    ?=
 # jupyter-book writes <path-output>/_build/html; that folder is then moved to HTML.
 JB_OUT       = $(patsubst %/,%,$(HTML)).jb
 
-.PHONY: help book pdf test unit lint notebooks verdicts html browser-check gpu-check bench torch clean
+.PHONY: help book pdf test unit lint notebooks verdicts verify verify-compare verify-update html browser-check gpu-check bench torch clean
 
 help:
 	@echo "make book          execute notebooks (PROFILE=$(PROFILE)) and build the book into $(HTML)"
 	@echo "make test          lint, unit tests + doctests, notebooks (quick), strict build and browser"
 	@echo "                   check of the book in $(TEST_HTML)"
 	@echo "make pdf           the book as one PDF in $(PDF) (needs TeX Live, see the README)"
+	@echo "make verify        rerun the quick profile and compare every glued value with verify/quick.json"
+	@echo "make verify-update rerun the quick profile and rewrite verify/quick.json (a deliberate change)"
 	@echo "make lint          ruff and mypy (configured in pyproject.toml)"
 	@echo "make verdicts      check the verdict labels of the executed notebooks against book/verdicts.yaml"
 	@echo "make unit          pytest (tests/ and the doctests of nwlib), without the browser check"
@@ -91,6 +93,19 @@ notebooks: $(BOOK_STAMP)
 	rm -rf $(STAGE)
 	$(PY) tools/run_notebooks.py --profile $(PROFILE) --stage $(STAGE) $(NB_FLAGS)
 
+# make verify: rerun the quick profile and compare every recorded value with verify/quick.json
+# (tools/verify.py says how); make verify-update rewrites the reference from a rerun.
+verify: $(BOOK_STAMP)
+	$(MAKE) --no-print-directory notebooks PROFILE=quick STAGE=$(TEST_STAGE)
+	$(MAKE) --no-print-directory verify-compare
+
+verify-compare: $(BOOK_STAMP)
+	$(PY) tools/verify.py $(TEST_STAGE)/notebooks --quiet
+
+verify-update: $(BOOK_STAMP)
+	$(MAKE) --no-print-directory notebooks PROFILE=quick STAGE=$(TEST_STAGE)
+	$(PY) tools/verify.py $(TEST_STAGE)/notebooks --update
+
 # The verdict labels the notebooks glued must be those recorded in book/verdicts.yaml (every profile).
 verdicts: $(BOOK_STAMP)
 	$(PY) tools/check_verdicts.py $(STAGE)/notebooks
@@ -124,6 +139,7 @@ test: $(TEST_STAMP)
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory notebooks PROFILE=quick STAGE=$(TEST_STAGE)
 	$(MAKE) --no-print-directory verdicts STAGE=$(TEST_STAGE)
+	$(MAKE) --no-print-directory verify-compare
 	$(MAKE) --no-print-directory html STAGE=$(TEST_STAGE) HTML=$(TEST_HTML) JB_FLAGS="-n -W --keep-going"
 	$(MAKE) --no-print-directory browser-check HTML=$(TEST_HTML)
 	@git diff --quiet && test -z "$$(git status --porcelain)" || { echo "make test left the tree dirty:" >&2; git status --porcelain >&2; exit 1; }

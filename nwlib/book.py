@@ -9,15 +9,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import _provenance
+
 __all__ = ["glue", "glue_code", "glue_figure", "glue_math"]
 
 
-def glue(name: str, value: Any, display: bool = False) -> None:
-    """Store ``value`` under ``name`` for the book (myst-nb glue), or do nothing.
+def glue(
+    name: str,
+    value: Any,
+    display: bool = False,
+    *,
+    se: float | None = None,
+    exact: bool | None = None,
+    verify: bool = True,
+) -> None:
+    """Store ``value`` under ``name`` for the book (myst-nb glue), and record where it came from.
 
-    The book quotes numbers only through glue, so every notebook calls this.
-    Where myst-nb is absent (Colab, a plain Jupyter install) the call is a
-    no-op, so that the notebooks still run there.
+    The book quotes numbers only through glue, so every notebook calls this, and
+    every call appends an entry to the results manifest (see
+    :mod:`nwlib._provenance`): value, notebook, cell, profile, seed, device, dtype,
+    commit, versions and time, plus what ``make verify`` compares. Where myst-nb
+    is absent (Colab, a plain Jupyter install) the glue itself is a no-op, so that
+    the notebooks still run there.
 
     Parameters
     ----------
@@ -25,12 +38,22 @@ def glue(name: str, value: Any, display: bool = False) -> None:
         Key referenced from the book as ``{glue:text}`path/to/notebook.ipynb::name```.
     value : object
         Anything IPython can display: a number, a string, a matplotlib figure,
-        a sympy expression.
+        a sympy expression, a table.
     display : bool, default False
         Whether to also display the value in the notebook itself.
+    se : float, optional
+        The value's Monte Carlo standard error: ``make verify`` accepts a rerun's
+        value within a few standard errors of the reference.
+    exact : bool, optional
+        Whether a rerun must reproduce the value exactly (default: for strings,
+        integers and booleans; floats are compared with a tolerance).
+    verify : bool, default True
+        False for values that measure the machine rather than the mathematics
+        (timings, versions, dates): recorded, not compared.
     """
     if not isinstance(name, str) or not name:
         raise TypeError("name must be a non-empty string")
+    _provenance.record(name, value, se=se, exact=exact, verify=verify)
     try:
         from myst_nb import glue as _myst_glue
     except ImportError:  # the notebook runs outside the book toolchain

@@ -199,7 +199,8 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
             [sys.executable, str(Path(__file__).resolve()), "--execute-one", str(spec_path)],
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env=_child_env(),
+            # The kernel inherits the name: nwlib.book.glue writes <stem>.provenance.jsonl beside it.
+            env={**_child_env(), "NWLIB_NOTEBOOK": nb.stem},
             cwd=str(out_dir),
             start_new_session=True,
         )
