@@ -17,6 +17,9 @@ from .kernels import KERNELS, nadaraya_watson, nadaraya_watson_weights
 from .montecarlo import MemoryEstimate, memory_estimate, simulate
 from .multihead import MultiHeadNW
 
+# --- structured head weights (Theorem 7.1) ---
+from .ranking import NESTED_SCHEMES, ValidationRanking, kendall_tau, nested_weights, validation_ranking
+
 # --- subspaces and the Head Diversity Index (Theorem 4.2) ---
 from .subspaces import (
     NORMALIZATIONS,
@@ -28,8 +31,6 @@ from .subspaces import (
     random_subspaces,
 )
 from .tasks import TASKS, RegressionTask, make_task
-
-# --- structured head weights (Theorem 7.1) ---
 from .weighting import (
     HeadRanking,
     assign_by_rank,
@@ -76,6 +77,11 @@ __all__ = [
     "principal_angles",
     "random_subspaces",
     # --- weighting names ---
+    "NESTED_SCHEMES",
+    "ValidationRanking",
+    "kendall_tau",
+    "nested_weights",
+    "validation_ranking",
     "HeadRanking",
     "assign_by_rank",
     "combination_mse",

@@ -51,6 +51,9 @@ PUBLIC_SIGNATURES = {
     "rank_heads": "(predictions, target)",
     "replicate_mse": "(predictions, target, weights)",
     "uniform_weights": "(num_heads, *, dtype=None, device=None)",
+    "nested_weights": "(scheme, order, *, ratio=None, second_moments=None, ridge=0.0, dtype=None)",
+    "validation_ranking": "(predictions, responses)",
+    "kendall_tau": "(order, reference)",
 }
 
 # Spellings the library no longer uses for its three sizes (torch's names win).
