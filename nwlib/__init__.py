@@ -8,6 +8,7 @@ One name per concept throughout, torch's where torch has one: ``num_heads`` (H),
 :mod:`nwlib.book`, outside this namespace.
 """
 
+from .angles import multiangle_heads, noise_covariance_factor, orthogonal_heads, signal_mass
 from .bandwidth import BandwidthSelection, loo_cv_score, select_bandwidth
 
 # --- Monte Carlo engine (Theorem 3.1) ---
@@ -76,6 +77,10 @@ __all__ = [
     "orthonormal_basis",
     "principal_angles",
     "random_subspaces",
+    "multiangle_heads",
+    "noise_covariance_factor",
+    "orthogonal_heads",
+    "signal_mass",
     # --- weighting names ---
     "NESTED_SCHEMES",
     "ValidationRanking",

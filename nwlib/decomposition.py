@@ -290,7 +290,9 @@ def decompose(predictions: Tensor, target: Tensor, weights: Tensor | None = None
 
     head_mean = predictions.mean(dim=0)  # (H, m)
     centred = predictions - head_mean
-    head_cov = torch.einsum("rhm,rgm->hgm", centred, centred) / (r_count - 1)
+    # One batched GEMM over the points, (m, H, R) @ (m, R, H): einsum's own path was ~100x slower here.
+    by_point = centred.permute(2, 1, 0)
+    head_cov = (by_point @ by_point.mT).permute(1, 2, 0) / (r_count - 1)
     head_var = torch.diagonal(head_cov, dim1=0, dim2=1).mT.contiguous()  # (H, m)
     sd = head_var.sqrt()
     denom = sd[:, None, :] * sd[None, :, :]

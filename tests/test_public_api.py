@@ -38,6 +38,10 @@ PUBLIC_SIGNATURES = {
         "(angle, *, num_heads, head_dim, embed_dim, shared_dim=0, generator=None, dtype=None, device=None)"
     ),
     "hdi": "(projections, *, normalization='orthonormal')",
+    "multiangle_heads": "(angles, *, num_heads, embed_dim, shared_dim=0, dtype=None, device=None)",
+    "orthogonal_heads": "(masses, *, head_dim, embed_dim, dtype=None, device=None)",
+    "signal_mass": "(key_projections, direction=None)",
+    "noise_covariance_factor": "(angles, bandwidth)",
     "orthonormal_basis": "(A, *, name='A')",
     "principal_angles": "(A, B)",
     "random_subspaces": "(num_heads, head_dim, embed_dim, *, generator, batch_shape=(), dtype=None, device=None)",
