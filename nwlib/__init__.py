@@ -5,7 +5,10 @@ Ensemble Nadaraya-Watson Estimation* (arXiv:2605.20271). The public names are
 listed in ``__all__``; implementation lives in the submodules, one concept each.
 One name per concept throughout, torch's where torch has one: ``num_heads`` (H),
 ``embed_dim`` (D), ``head_dim`` (d_k). The book's tooling (glue) lives in
-:mod:`nwlib.book`, outside this namespace.
+:mod:`nwlib.book`, outside this namespace, and so do two larger submodules whose
+names are used qualified: :mod:`nwlib.pretrained` (a BERT-style model read from
+safetensors and run with NW heads) and :mod:`nwlib.training` (a one-layer attention
+regressor, its training loop, and direct optimisation of head subspaces).
 """
 
 from .angles import multiangle_heads, noise_covariance_factor, orthogonal_heads, signal_mass
@@ -20,6 +23,7 @@ from .multihead import MultiHeadNW
 
 # --- structured head weights (Theorem 7.1) ---
 from .ranking import NESTED_SCHEMES, ValidationRanking, kendall_tau, nested_weights, validation_ranking
+from .similarity import pairwise_rv, rv_coefficient, rv_diversity
 
 # --- subspaces and the Head Diversity Index (Theorem 4.2) ---
 from .subspaces import (
@@ -78,6 +82,9 @@ __all__ = [
     "principal_angles",
     "random_subspaces",
     "multiangle_heads",
+    "pairwise_rv",
+    "rv_coefficient",
+    "rv_diversity",
     "noise_covariance_factor",
     "orthogonal_heads",
     "signal_mass",
