@@ -15,6 +15,17 @@ from .angles import multiangle_heads, noise_covariance_factor, orthogonal_heads,
 from .bandwidth import BandwidthSelection, loo_cv_score, select_bandwidth
 
 # --- Monte Carlo engine (Theorem 3.1) ---
+from .combination import (
+    CovarianceSplit,
+    EquicorrelatedFit,
+    JackknifeEstimate,
+    PairedDifference,
+    conditional_moments,
+    covariance_split,
+    equicorrelated_fit,
+    grouped_jackknife,
+    paired_difference,
+)
 from .decomposition import Decomposition, IntegratedDecomposition, decompose, noise_covariance
 from .device import resolve_device
 from .kernels import KERNELS, nadaraya_watson, nadaraya_watson_weights
@@ -63,6 +74,15 @@ __all__ = [
     "loo_cv_score",
     "select_bandwidth",
     # --- Monte Carlo engine names ---
+    "CovarianceSplit",
+    "EquicorrelatedFit",
+    "JackknifeEstimate",
+    "PairedDifference",
+    "conditional_moments",
+    "covariance_split",
+    "equicorrelated_fit",
+    "grouped_jackknife",
+    "paired_difference",
     "Decomposition",
     "IntegratedDecomposition",
     "MemoryEstimate",

@@ -23,6 +23,11 @@ PUBLIC_SIGNATURES = {
     "BandwidthSelection": "(bandwidth, score, candidates, scores)",
     "decompose": "(predictions, target, weights=None)",
     "noise_covariance": "(weights, noise_sd)",
+    "paired_difference": "(a, b)",
+    "grouped_jackknife": "(statistic, *arrays, groups=20)",
+    "equicorrelated_fit": "(predictions, target)",
+    "conditional_moments": "(weights, f_values, noise_sd)",
+    "covariance_split": "(conditional_mean, noise_cov)",
     "make_task": "(name, embed_dim, *, noise_sd=0.5, **kwargs)",
     "memory_estimate": (
         "(*, num_heads, n, m, embed_dim, head_dim, replicates, chunk_size, head_data='shared', "
