@@ -28,6 +28,16 @@ from .combination import (
 )
 from .decomposition import Decomposition, IntegratedDecomposition, decompose, noise_covariance
 from .device import resolve_device
+from .ensembles import (
+    Equicorrelation,
+    bootstrap_indices,
+    draw_training_sets,
+    equicorrelation,
+    feature_subsets,
+    forest_member_predictions,
+    forest_weights,
+    resampled_nw,
+)
 from .kernels import KERNELS, nadaraya_watson, nadaraya_watson_weights
 from .montecarlo import MemoryEstimate, memory_estimate, simulate
 from .multihead import MultiHeadNW
@@ -93,6 +103,15 @@ __all__ = [
     "memory_estimate",
     "noise_covariance",
     "simulate",
+    # --- other ensembles (chapter 7) ---
+    "Equicorrelation",
+    "bootstrap_indices",
+    "draw_training_sets",
+    "equicorrelation",
+    "feature_subsets",
+    "forest_member_predictions",
+    "forest_weights",
+    "resampled_nw",
     # --- subspace names ---
     "NORMALIZATIONS",
     "cross_gram",
