@@ -8,7 +8,9 @@ One name per concept throughout, torch's where torch has one: ``num_heads`` (H),
 :mod:`nwlib.book`, outside this namespace, and so do two larger submodules whose
 names are used qualified: :mod:`nwlib.pretrained` (a BERT-style model read from
 safetensors and run with NW heads) and :mod:`nwlib.training` (a one-layer attention
-regressor, its training loop, and direct optimisation of head subspaces).
+regressor, its training loop, and direct optimisation of head subspaces); likewise
+:mod:`nwlib.sweep` (seeded grid sweeps on any ``concurrent.futures`` executor, Dask
+included, resumable) and :mod:`nwlib.risk_model` (chapter 6's head-count experiment).
 """
 
 from .angles import multiangle_heads, noise_covariance_factor, orthogonal_heads, signal_mass
