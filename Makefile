@@ -111,6 +111,8 @@ verdicts: $(BOOK_STAMP)
 	$(PY) tools/check_verdicts.py $(STAGE)/notebooks
 
 html: $(BOOK_STAMP)
+	@# Prose edited since the notebooks ran is picked up: refresh the staged sources.
+	$(PY) tools/run_notebooks.py --sources-only --stage $(STAGE)
 	rm -rf $(HTML) $(JB_OUT)
 	$(VENV)/bin/jupyter-book build $(STAGE) --path-output $(JB_OUT) $(JB_FLAGS)
 	mv $(JB_OUT)/_build/html $(HTML) && rm -rf $(JB_OUT)
@@ -152,6 +154,7 @@ pdf: $(BOOK_STAMP)
 	@command -v xelatex >/dev/null && command -v latexmk >/dev/null || { \
 	  echo "make pdf needs TeX Live: apt-get install latexmk texlive-xetex texlive-latex-extra texlive-fonts-recommended fonts-freefont-otf" >&2; exit 1; }
 	@test -f $(STAGE)/notebooks/appendix_environment.ipynb || $(MAKE) --no-print-directory notebooks PROFILE=$(PROFILE) STAGE=$(STAGE)
+	$(PY) tools/run_notebooks.py --sources-only --stage $(STAGE)
 	rm -rf _build/latex-out
 	$(VENV)/bin/jupyter-book build $(STAGE) --path-output _build/latex-out --builder pdflatex
 	mkdir -p $(dir $(PDF)) && cp _build/latex-out/_build/latex/nwlib-companion.pdf $(PDF) && rm -rf _build/latex-out

@@ -295,8 +295,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="seconds allowed per cell (papermill's execution_timeout), 0 for no limit (default: --timeout)",
     )
+    parser.add_argument("--sources-only", action="store_true",
+                        help="refresh the staged prose and configuration, execute nothing")
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/*.ipynb")
     args = parser.parse_args(argv)
+    if args.sources_only:
+        stage_sources(args.stage.resolve())
+        print(f"staged the book's sources into {_rel(args.stage)}")
+        return 0
     if args.timeout is None:
         args.timeout = DEFAULT_TIMEOUT[args.profile]
     if args.cell_timeout is None:

@@ -41,7 +41,7 @@ class AnnotateGlueProvenance(SphinxPostTransform):
     default_priority = 4  # before myst-nb's ReplacePendingGlueReferences (5) resolves them
     formats = ("html",)
 
-    def apply(self, **kwargs: Any) -> None:
+    def run(self, **kwargs: Any) -> None:  # SphinxPostTransform.apply calls it for HTML builders only
         from myst_nb.ext.glue.utils import PendingGlueReference
 
         cache: dict[str, dict[str, dict[str, Any]]] = self.env.app.__dict__.setdefault("_nwlib_provenance", {})
