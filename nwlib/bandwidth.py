@@ -55,7 +55,7 @@ from ._validation import (
     require_same_dtype_device,
     require_tensor,
 )
-from .kernels import KERNELS, _attention, _require_positive_finite_tensor, _scaled_inputs
+from .kernels import KERNELS, _attention, _check_values, _require_positive_finite_tensor, _scaled_inputs
 
 __all__ = ["BandwidthSelection", "METHODS", "loo_cv_score", "select_bandwidth"]
 
@@ -77,27 +77,13 @@ _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 def _check_keys_values(keys: object, values: object) -> tuple[Tensor, Tensor, bool]:
     """keys (..., n, d) with n >= 2 and values (..., n, p) or (..., n), as (..., n, p)."""
     keys = require_tensor(keys, "keys", min_dim=2)
-    values = require_tensor(values, "values", min_dim=1)
-    require_same_dtype_device(keys, "keys", values=values)
     if keys.shape[-2] < 2:
         raise ValueError(
             f"keys must have at least 2 rows (n >= 2) to leave one out, got shape {tuple(keys.shape)}"
         )
     if keys.shape[-1] < 1:
         raise ValueError(f"keys must have at least one feature (d >= 1), got shape {tuple(keys.shape)}")
-    scalar = values.dim() == keys.dim() - 1
-    if not scalar and values.dim() != keys.dim():
-        raise ValueError(
-            "values must have shape (..., n, p) or (..., n) with the rank of keys or one less: "
-            f"keys {tuple(keys.shape)}, values {tuple(values.shape)}"
-        )
-    if scalar:
-        values = values.unsqueeze(-1)
-    if values.shape[-2] != keys.shape[-2]:
-        raise ValueError(
-            "values must have as many rows as keys (n): "
-            f"keys {tuple(keys.shape)}, values {tuple(values.shape)}"
-        )
+    values, scalar = _check_values(keys, values)
     if values.shape[-1] < 1:
         raise ValueError(f"values must have at least one response column, got shape {tuple(values.shape)}")
     return keys, values, scalar

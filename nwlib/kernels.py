@@ -70,6 +70,26 @@ def _require_positive_finite_tensor(t: Tensor, name: str) -> None:
         raise ValueError(f"{name} must be finite and > 0 everywhere")
 
 
+def _check_values(keys: Tensor, values: object) -> tuple[Tensor, bool]:
+    """Values as (..., n, p), and whether they were scalar responses (..., n); keys already checked."""
+    values = require_tensor(values, "values", min_dim=1)
+    require_same_dtype_device(keys, "keys", values=values)
+    scalar = values.dim() == keys.dim() - 1
+    if not scalar and values.dim() != keys.dim():
+        raise ValueError(
+            "values must have shape (..., n, p) or (..., n) with the rank of keys or one less: "
+            f"keys {tuple(keys.shape)}, values {tuple(values.shape)}"
+        )
+    if scalar:
+        values = values.unsqueeze(-1)
+    if values.shape[-2] != keys.shape[-2]:
+        raise ValueError(
+            "values must have as many rows as keys (n): "
+            f"keys {tuple(keys.shape)}, values {tuple(values.shape)}"
+        )
+    return values, scalar
+
+
 def _bandwidth(
     bandwidth: object, kernel: str, dim: int, reference: Tensor
 ) -> float | Tensor:
@@ -183,21 +203,7 @@ def nadaraya_watson(
     """
     kernel = require_choice(kernel, "kernel", KERNELS)  # type: ignore[assignment]
     queries, keys = _check_qk(queries, keys)
-    values = require_tensor(values, "values", min_dim=1)
-    require_same_dtype_device(queries, "queries", values=values)
-    scalar = values.dim() == keys.dim() - 1
-    if not scalar and values.dim() != keys.dim():
-        raise ValueError(
-            "values must have shape (..., n, p) or (..., n) with the rank of keys or one less: "
-            f"keys {tuple(keys.shape)}, values {tuple(values.shape)}"
-        )
-    if scalar:
-        values = values.unsqueeze(-1)
-    if values.shape[-2] != keys.shape[-2]:
-        raise ValueError(
-            "values must have as many rows as keys (n): "
-            f"keys {tuple(keys.shape)}, values {tuple(values.shape)}"
-        )
+    values, scalar = _check_values(keys, values)
     shapes = {"queries": queries.shape[:-2], "keys": keys.shape[:-2], "values": values.shape[:-2]}
     if isinstance(bandwidth, Tensor):
         shapes["bandwidth"] = bandwidth.shape  # one bandwidth per batch element broadcasts too
