@@ -167,3 +167,18 @@ def require_predictions_target(
             f"{tuple(predictions.shape)}, got {tuple(target.shape)}"
         )
     return predictions, target
+
+
+def require_predictions_responses(
+    predictions: object, responses: object, *, name: str = "responses"
+) -> tuple[Tensor, Tensor]:
+    """Head predictions (R, H, m) and what they are fitted to: one (m,) target or (R, m) responses."""
+    predictions = require_tensor(predictions, "predictions")
+    if predictions.dim() != 3 or min(predictions.shape) < 1:
+        raise ValueError(f"predictions must have shape (R, H, m) with R, H, m >= 1, got {tuple(predictions.shape)}")
+    responses = require_tensor(responses, name)
+    require_same_dtype_device(predictions, "predictions", **{name: responses})
+    R, _, m = predictions.shape
+    if responses.shape not in ((m,), (R, m)):
+        raise ValueError(f"{name} must have shape (m,) = ({m},) or (R, m) = ({R}, {m}), got {tuple(responses.shape)}")
+    return predictions, responses

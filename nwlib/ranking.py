@@ -32,8 +32,8 @@ from torch import Tensor
 from ._validation import (
     require_choice,
     require_dtype,
+    require_predictions_responses,
     require_real,
-    require_same_dtype_device,
     require_tensor,
     same_device,
 )
@@ -223,16 +223,8 @@ def validation_ranking(predictions: Tensor, responses: Tensor) -> ValidationRank
     >>> validation_ranking(heads, y).order.tolist()
     [1, 0, 2]
     """
-    predictions = require_tensor(predictions, "predictions")
-    if predictions.dim() != 3 or min(predictions.shape) < 1:
-        raise ValueError(f"predictions must have shape (R, H, m) with R, H, m >= 1, got {tuple(predictions.shape)}")
-    responses = require_tensor(responses, "responses")
-    require_same_dtype_device(predictions, "predictions", responses=responses)
+    predictions, responses = require_predictions_responses(predictions, responses)
     R, H, m = predictions.shape
-    if responses.shape not in ((m,), (R, m)):
-        raise ValueError(
-            f"responses must have shape (m,) = ({m},) or (R, m) = ({R}, {m}), got {tuple(responses.shape)}"
-        )
     residuals = (predictions - responses.expand(R, m).unsqueeze(1)).transpose(0, 1).reshape(H, R * m)
     M = residuals @ residuals.mT / (R * m)
     M = 0.5 * (M + M.mT)

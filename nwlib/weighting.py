@@ -33,6 +33,7 @@ from ._validation import (
     require_device,
     require_dtype,
     require_positive_int,
+    require_predictions_responses,
     require_predictions_target,
     require_real,
     require_same_dtype_device,
@@ -474,14 +475,8 @@ def least_squares_weights(predictions: Tensor, target: Tensor, *, ridge: float =
     >>> least_squares_weights(heads, y).round(decimals=6).tolist()
     [2.0, -0.5]
     """
-    predictions = require_tensor(predictions, "predictions")
-    if predictions.dim() != 3 or min(predictions.shape) < 1:
-        raise ValueError(f"predictions must have shape (R, H, m) with R, H, m >= 1, got {tuple(predictions.shape)}")
-    target = require_tensor(target, "target")
-    require_same_dtype_device(predictions, "predictions", target=target)
+    predictions, target = require_predictions_responses(predictions, target, name="target")
     R, H, m = predictions.shape
-    if target.shape not in ((m,), (R, m)):
-        raise ValueError(f"target must have shape (m,) = ({m},) or (R, m) = ({R}, {m}), got {tuple(target.shape)}")
     ridge = _check_ridge(ridge)
     flat = predictions.permute(1, 0, 2).reshape(H, R * m)
     gram = flat @ flat.mT / (R * m)
