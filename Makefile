@@ -28,14 +28,21 @@ HTML        ?= _build/html
 TEST_STAGE  := _build/test/stage
 TEST_HTML   := _build/test/html
 PROFILE     ?= standard
-# e.g. DEVICE=cuda: override every notebook's device parameter
+# e.g. DEVICE=cuda: override every notebook's device parameter; SEED=1: every notebook's seed
 DEVICE      ?=
-NB_FLAGS    ?= $(if $(DEVICE),--device $(DEVICE))
+SEED        ?=
+NB_FLAGS    ?= $(if $(DEVICE),--device $(DEVICE)) $(if $(SEED),--seed $(SEED))
+# VARIANT=portable runs the notebooks as another CPU would: torch's generic kernels (no AVX2 or
+# AVX-512) and one thread. CI runs `make test` so, against a reference made natively.
+VARIANT     ?= native
+NB_ENV      := $(if $(filter portable,$(VARIANT)),ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1)
+# make robustness: the seeds the quick profile is rerun with
+SEEDS       ?= 1 2 3
 JB_FLAGS    ?=
 # jupyter-book writes <path-output>/_build/html; that folder is then moved to HTML.
 JB_OUT       = $(patsubst %/,%,$(HTML)).jb
 
-.PHONY: help book pdf test unit lint notebooks verdicts verify verify-compare verify-update html browser-check gpu-check bench torch clean
+.PHONY: help book pdf test unit lint notebooks verdicts verify verify-compare verify-update robustness html browser-check gpu-check bench torch clean
 
 help:
 	@echo "make book          execute notebooks (PROFILE=$(PROFILE)) and build the book into $(HTML)"
@@ -44,6 +51,8 @@ help:
 	@echo "make pdf           the book as one PDF in $(PDF) (needs TeX Live, see the README)"
 	@echo "make verify        rerun the quick profile and compare every glued value with verify/quick.json"
 	@echo "make verify-update rerun the quick profile and rewrite verify/quick.json (a deliberate change)"
+	@echo "make robustness    rerun the quick profile with SEEDS=\"$(SEEDS)\": notebooks, findings, labels and Monte"
+	@echo "                   Carlo values against the reference; writes verify/robustness-quick.json"
 	@echo "make lint          ruff and mypy (configured in pyproject.toml)"
 	@echo "make verdicts      check the verdict labels of the executed notebooks against book/verdicts.yaml"
 	@echo "make unit          pytest (tests/ and the doctests of nwlib), without the browser check"
@@ -51,7 +60,7 @@ help:
 	@echo "                   quick benchmarks on the GPU; summary in _build/gpu/summary.txt"
 	@echo "make bench         run the benchmarks and update benchmarks/results/latest.json"
 	@echo "make torch         (re)install TORCH_SPEC [TORCH_INDEX_URL=...] into .venv"
-	@echo "variables: PROFILE=quick|standard|full DEVICE=cpu|cuda TORCH_SPEC=... TORCH_INDEX_URL=... CONSTRAINTS=..."
+	@echo "variables: PROFILE=quick|standard|full DEVICE=cpu|cuda SEED=n VARIANT=native|portable TORCH_SPEC=... TORCH_INDEX_URL=... CONSTRAINTS=..."
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -91,7 +100,7 @@ book: $(BOOK_STAMP)
 
 notebooks: $(BOOK_STAMP)
 	rm -rf $(STAGE)
-	$(PY) tools/run_notebooks.py --profile $(PROFILE) --stage $(STAGE) $(NB_FLAGS)
+	$(NB_ENV) $(PY) tools/run_notebooks.py --profile $(PROFILE) --stage $(STAGE) $(NB_FLAGS)
 
 # make verify: rerun the quick profile and compare every recorded value with verify/quick.json
 # (tools/verify.py says how); make verify-update rewrites the reference from a rerun.
@@ -105,6 +114,9 @@ verify-compare: $(BOOK_STAMP)
 verify-update: $(BOOK_STAMP)
 	$(MAKE) --no-print-directory notebooks PROFILE=quick STAGE=$(TEST_STAGE)
 	$(PY) tools/verify.py $(TEST_STAGE)/notebooks --update
+
+robustness: $(TEST_STAMP)
+	$(NB_ENV) $(PY) tools/robustness.py --seeds $(SEEDS) --variant $(VARIANT)
 
 # The verdict labels the notebooks glued must be those recorded in book/verdicts.yaml (every profile).
 verdicts: $(BOOK_STAMP)

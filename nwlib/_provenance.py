@@ -36,49 +36,114 @@ SUFFIX = ".provenance.jsonl"
 _started: set[str] = set()  # manifests truncated by this process
 
 
-def _plain(value: Any) -> tuple[Any, str]:
-    """The value as JSON can hold it, and its kind: number, string, bool or other."""
+_run: dict[str, Any] = {}  # set by nwlib.book.setup
+
+
+def set_run(*, profile: str, seed: int, device: Any, dtype: Any) -> None:
+    """The run's profile, seed, device and dtype, recorded in every later entry of this process."""
+    if not isinstance(profile, str) or not profile:
+        raise TypeError(f"profile must be a non-empty string, got {profile!r}")
+    if isinstance(seed, bool) or not isinstance(seed, Integral):
+        raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
+    _run.update(profile=profile, seed=int(seed), device=_name(device), dtype=_name(dtype))
+
+
+def _name(thing: Any) -> str | None:
+    return None if thing is None else str(thing).removeprefix("torch.")
+
+
+def _scalar(value: Any) -> Any:
     try:
         import torch
 
         if isinstance(value, torch.Tensor) and value.dim() == 0:
-            value = value.item()
+            return value.item()
     except ImportError:  # pragma: no cover - torch is a dependency
         pass
     if hasattr(value, "item") and getattr(value, "shape", None) == ():  # numpy scalars
-        value = value.item()
+        return value.item()
+    return value
+
+
+def kind_of(value: Any) -> str:
+    """'bool', 'int', 'float', 'str' or 'other' (tables, figures, equations)."""
+    value = _scalar(value)
     if isinstance(value, bool):
-        return value, "bool"
+        return "bool"
     if isinstance(value, Integral):
-        return int(value), "int"
+        return "int"
     if isinstance(value, Real):
-        value = float(value)
-        return (value if math.isfinite(value) else repr(value)), "float"
+        return "float"
     if isinstance(value, str):
-        return value, "str"
-    digest = hashlib.sha256(repr(value).encode()).hexdigest()[:16]
-    return f"<{type(value).__name__} {digest}>", "other"
+        return "str"
+    return "other"
+
+
+def digest(value: Any) -> str:
+    """A digest of the content a reader sees: a table's cells, a figure's pixels, an equation's LaTeX.
+
+    Never of ``repr`` alone where that is a memory address (a pandas Styler, a matplotlib figure).
+    """
+    data = getattr(value, "data", None)  # a pandas Styler holds its DataFrame as .data
+    if hasattr(value, "to_csv"):
+        payload = value.to_csv().encode()
+    elif data is not None and hasattr(data, "to_csv") and hasattr(value, "to_html"):
+        payload = data.to_csv().encode() + value.to_html().encode()
+    elif hasattr(value, "savefig"):  # a matplotlib figure: its rendered pixels
+        import io
+
+        buffer = io.BytesIO()
+        value.savefig(buffer, format="png", dpi=40, metadata={"Software": None})
+        payload = buffer.getvalue()
+    elif hasattr(value, "latex"):  # nwlib.book's glued math
+        payload = str(value.latex).encode()
+    elif hasattr(value, "text") and isinstance(value.text, str):  # glued code
+        payload = value.text.encode()
+    else:
+        payload = repr(value).encode()
+    return hashlib.sha256(payload).hexdigest()[:16]
+
+
+def _plain(value: Any) -> tuple[Any, str]:
+    """The value as JSON can hold it, and its kind."""
+    value = _scalar(value)
+    kind = kind_of(value)
+    if kind == "bool":
+        return value, kind
+    if kind == "int":
+        return int(value), kind
+    if kind == "float":
+        value = float(value)
+        return (value if math.isfinite(value) else repr(value)), kind
+    if kind == "str":
+        return value, kind
+    return f"<{type(value).__name__} {digest(value)}>", kind
 
 
 @lru_cache(maxsize=1)
-def _run_facts() -> dict[str, str]:
-    """Facts fixed for the whole process: commit, versions."""
+def _run_facts() -> dict[str, Any]:
+    """Facts fixed for the whole process: commit, whether the tree was dirty, versions."""
     repo = Path(__file__).resolve().parents[1]
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    status = git("status", "--porcelain", "--untracked-files=no")
     import torch
 
     from . import __version__
 
-    return {"commit": commit, "nwlib": __version__, "torch": torch.__version__}
+    return {"commit": commit, "dirty": None if status is None else bool(status), "nwlib": __version__,
+            "torch": torch.__version__}
 
 
 def _context() -> dict[str, Any]:
-    """The cell and the run's parameters, from the IPython kernel when there is one."""
+    """The cell, from the IPython kernel when there is one."""
     out: dict[str, Any] = {"cell_id": None, "execution_count": None}
     try:
         from IPython import get_ipython
@@ -92,35 +157,38 @@ def _context() -> dict[str, Any]:
     kernel = getattr(shell, "kernel", None)
     if kernel is not None and hasattr(kernel, "get_parent"):
         out["cell_id"] = (kernel.get_parent() or {}).get("metadata", {}).get("cellId")
-    ns = shell.user_ns
-    device = ns.get("dev", ns.get("device"))
-    dtype = ns.get("dtype")
-    out.update(
-        profile=ns.get("profile"),
-        seed=ns.get("seed"),
-        device=str(device) if device is not None else None,
-        dtype=str(dtype).removeprefix("torch.") if dtype is not None else None,
-    )
     return out
 
 
-def record(name: str, value: Any, *, se: float | None, exact: bool | None, verify: bool) -> dict[str, Any] | None:
-    """Append one manifest entry for a glued value; return it (None outside a book build)."""
+def record(name: str, value: Any, *, cls: str, se: float | None = None, tol: float | None = None,
+           dtype: Any = None, device: Any = None) -> dict[str, Any] | None:
+    """Append one manifest entry for a glued value; return it (None outside a book build).
+
+    ``cls`` is the value's class (see :func:`nwlib.book.glue`): 'mc', 'exact', 'fp', 'info' or
+    'other'. The dtype and device are the tensor's own, else those given, else the run's
+    (:func:`set_run`).
+    """
     notebook = os.environ.get(ENV_NOTEBOOK)
     if not notebook:
         return None
+    if getattr(value, "dtype", None) is not None and hasattr(value, "device") and hasattr(value, "dim"):
+        dtype, device = value.dtype, value.device
     plain, kind = _plain(value)
-    if se is not None:
-        se = float(se)
     entry = {
         "key": name,
         "value": plain,
         "kind": kind,
-        "se": se if se is None or math.isfinite(se) else None,
-        "exact": bool(exact) if exact is not None else kind in ("str", "int", "bool"),
-        "verify": bool(verify) and kind != "other",
+        "cls": cls,
+        "se": float(se) if se is not None else None,
+        "tol": float(tol) if tol is not None else None,
+        "exact": cls == "exact",
+        "verify": cls in ("mc", "exact", "fp"),
         "notebook": notebook,
         **_context(),
+        "profile": _run.get("profile"),
+        "seed": _run.get("seed"),
+        "device": _name(device) or _run.get("device"),
+        "dtype": _name(dtype) or _run.get("dtype"),
         **_run_facts(),
         "time": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }

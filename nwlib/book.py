@@ -6,12 +6,33 @@ notebooks import these with ``from nwlib.book import glue, glue_figure, glue_mat
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from . import _provenance
 
-__all__ = ["glue", "glue_code", "glue_figure", "glue_math"]
+__all__ = ["glue", "glue_code", "glue_figure", "glue_math", "setup"]
+
+
+_CLASSES = "se=<its Monte Carlo standard error>, exact=True, tol=<a floating-point tolerance> or verify=False"
+
+
+def setup(*, profile: str, seed: int, device: Any, dtype: Any) -> None:
+    """Declare the run's parameters once, at the top of a notebook, for every manifest entry.
+
+    Entries record the profile and the seed given here, and the device and dtype given here
+    unless the glued value is a tensor (then its own) or :func:`glue` names others (``dtype=``,
+    ``device=``: a value computed in float32 in a float64 notebook, say).
+
+    Parameters
+    ----------
+    profile : str
+    seed : int
+    device : torch.device or str
+    dtype : torch.dtype or str
+    """
+    _provenance.set_run(profile=profile, seed=seed, device=device, dtype=dtype)
 
 
 def glue(
@@ -21,16 +42,34 @@ def glue(
     *,
     se: float | None = None,
     exact: bool | None = None,
+    tol: float | None = None,
     verify: bool = True,
+    dtype: Any = None,
+    device: Any = None,
 ) -> None:
     """Store ``value`` under ``name`` for the book (myst-nb glue), and record where it came from.
 
     The book quotes numbers only through glue, so every notebook calls this, and
     every call appends an entry to the results manifest (see
-    :mod:`nwlib._provenance`): value, notebook, cell, profile, seed, device, dtype,
-    commit, versions and time, plus what ``make verify`` compares. Where myst-nb
-    is absent (Colab, a plain Jupyter install) the glue itself is a no-op, so that
+    :mod:`nwlib._provenance`): value, its class (below), notebook, cell, profile, seed,
+    device, dtype, commit, whether the working tree was dirty, versions and time. Where
+    myst-nb is absent (Colab, a plain Jupyter install) the glue itself is a no-op, so that
     the notebooks still run there.
+
+    Every real number names its class, which says how a rerun (another seed, another machine)
+    is compared with the reference (``make verify``, ``make robustness``); a float without one is
+    refused:
+
+    * ``se=``: a Monte Carlo estimate and its standard error (compared within the family-wise
+      number of combined standard errors, :func:`nwlib.evidence.family_threshold`);
+    * ``exact=True``: exact by construction, the same on every machine and seed (a size from the
+      profile, a rational from sympy);
+    * ``tol=``: deterministic given the seed, up to floating-point rounding
+      (:func:`nwlib.evidence.fp_tolerance` derives it from the dtype and the conditioning);
+    * ``verify=False``: informational (timings, a seed-dependent value with no standard error,
+      text carrying rounding-level numbers): recorded, not compared.
+
+    Integers, strings and booleans are exact unless ``verify=False``.
 
     Parameters
     ----------
@@ -41,19 +80,23 @@ def glue(
         a sympy expression, a table.
     display : bool, default False
         Whether to also display the value in the notebook itself.
-    se : float, optional
-        The value's Monte Carlo standard error: ``make verify`` accepts a rerun's
-        value within a few standard errors of the reference.
-    exact : bool, optional
-        Whether a rerun must reproduce the value exactly (default: for strings,
-        integers and booleans; floats are compared with a tolerance).
-    verify : bool, default True
-        False for values that measure the machine rather than the mathematics
-        (timings, versions, dates): recorded, not compared.
+    se, exact, tol, verify
+        The value's class (above).
+    dtype, device : optional
+        What the value was computed in, when it is not a tensor and differs from
+        :func:`setup`'s.
+
+    Raises
+    ------
+    TypeError
+        If ``name`` is not a non-empty string, or a real number has no class or more than one.
+    ValueError
+        If ``se`` or ``tol`` is negative or not finite.
     """
     if not isinstance(name, str) or not name:
         raise TypeError("name must be a non-empty string")
-    _provenance.record(name, value, se=se, exact=exact, verify=verify)
+    cls = _value_class(name, value, se=se, exact=exact, tol=tol, verify=verify)
+    _provenance.record(name, value, cls=cls, se=se, tol=tol, dtype=dtype, device=device)
     try:
         from myst_nb import glue as _myst_glue
     except ImportError:  # the notebook runs outside the book toolchain
@@ -61,6 +104,27 @@ def glue(
             print(f"{name} = {value!r}")
         return
     _myst_glue(name, value, display=display)
+
+
+def _value_class(name: str, value: Any, *, se: Any, exact: bool | None, tol: Any, verify: bool) -> str:
+    """The value's class for reruns: 'mc', 'exact', 'fp', 'info' or (not a number) 'other'."""
+    for arg, given in (("se", se), ("tol", tol)):
+        if given is not None:
+            given = float(given)
+            if not math.isfinite(given) or given < 0:
+                raise ValueError(f"{arg} of {name!r} must be finite and non-negative, got {given}")
+    chosen = [c for c, on in (("mc", se is not None), ("exact", exact is True), ("fp", tol is not None),
+                              ("info", verify is False)) if on]
+    if len(chosen) > 1:
+        raise TypeError(f"glue({name!r}): give one class of {_CLASSES}, got {' and '.join(chosen)}")
+    kind = _provenance.kind_of(value)
+    if chosen:
+        if chosen[0] in ("mc", "fp") and kind not in ("float", "int"):
+            raise TypeError(f"glue({name!r}): se= and tol= are for numbers, got {type(value).__name__}")
+        return chosen[0]
+    if kind == "float":
+        raise TypeError(f"glue({name!r}): a real number needs its class: {_CLASSES}")
+    return "exact" if kind in ("int", "str", "bool") else "other"
 
 
 class _GluedMath:

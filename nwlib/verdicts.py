@@ -21,13 +21,22 @@ A verdict also records which labels the evidence *could* have produced. A check
 that cannot fail (an algebraic identity recomputed by the code, say) yields a
 label, but no evidence for it; :attr:`Verdict.decisive` says so, and the chapter
 must say so too.
+
+"Within the paper's conditions" is decided by one rule, :func:`judge`, from the cases
+each chapter records: a :class:`Case` says whether the claim held in one experimental
+setting (from a finding's decision) and describes the setting by attributes (kernel,
+combination, head quality, regime, ...); the chapter declares the paper's conditions
+as the attribute values the paper states or clearly implies, citing it. A case lies
+within the paper's conditions when each of its attributes named by the conditions
+takes an allowed value.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
-__all__ = ["LABELS", "Verdict", "decide"]
+__all__ = ["LABELS", "Case", "Verdict", "decide", "judge", "within_conditions"]
 
 REPRODUCED = "reproduced"
 UNDER_CONDITIONS = "reproduced under the paper's conditions"
@@ -160,3 +169,123 @@ def decide(
     if label not in possible:
         raise ValueError(f"possible must contain the decided label {label!r}, got {list(possible)}")
     return Verdict(claim=claim, label=label, reason=reason.strip(), possible=possible)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One experimental setting in which a claim was tested.
+
+    Attributes
+    ----------
+    name : str
+        Short identifier (e.g. ``"dot-product kernel, least squares, heterogeneous heads"``).
+    holds : bool
+        Whether the claim held in this setting: a finding's decision
+        (:meth:`nwlib.evidence.Findings.holds`), never a literal.
+    attributes : mapping of str to str
+        The setting, e.g. ``{"kernel": "dot-product", "combination": "least squares",
+        "heads": "heterogeneous"}``.
+    could_fail : bool, default True
+        False when the check cannot fail for a correct program (an identity recomputed).
+    """
+
+    name: str
+    holds: bool
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    could_fail: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.holds, bool):
+            raise TypeError(f"holds must be a bool (a finding's decision), got {type(self.holds).__name__}")
+        if not isinstance(self.attributes, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.attributes.items()
+        ):
+            raise TypeError("attributes must map attribute names (str) to values (str)")
+        if not isinstance(self.could_fail, bool):
+            raise TypeError(f"could_fail must be a bool, got {type(self.could_fail).__name__}")
+
+
+def within_conditions(case: Case, conditions: Mapping[str, Iterable[str]]) -> bool:
+    """Whether ``case`` satisfies ``conditions`` (attribute -> allowed values).
+
+    Raises
+    ------
+    ValueError
+        If the case lacks an attribute the conditions name: every case must say where it stands.
+
+    Examples
+    --------
+    >>> within_conditions(Case("a", True, {"heads": "heterogeneous"}), {"heads": ["heterogeneous"]})
+    True
+    """
+    for attribute, allowed in conditions.items():
+        if attribute not in case.attributes:
+            raise ValueError(f"case {case.name!r} lacks the attribute {attribute!r} that the conditions name")
+        if case.attributes[attribute] not in set(allowed):
+            return False
+    return True
+
+
+def judge(
+    claim: str,
+    cases: Iterable[Case],
+    *,
+    conditions: Mapping[str, Iterable[str]],
+    reason: str,
+) -> Verdict:
+    """A claim's verdict from its tested cases, by the one rule of the book.
+
+    * every case holds: ``reproduced``;
+    * a case fails, but every failing case lies outside the paper's conditions and at least
+      one case within them holds: ``reproduced under the paper's conditions``;
+    * a case within the paper's conditions fails (or no case lies within them):
+      ``not reproduced as stated``.
+
+    The labels the cases *could* have produced are recorded (:attr:`Verdict.possible`): "under
+    the paper's conditions" needs a case outside and a case inside them, "not reproduced" a case
+    inside that could fail, "reproduced" a case that could fail or none at all.
+
+    Parameters
+    ----------
+    claim : str
+    cases : iterable of Case
+        At least one.
+    conditions : mapping of str to iterable of str
+        The paper's conditions: for each attribute, the values the paper states or clearly
+        implies. An empty mapping means the claim is unconditional.
+    reason : str
+        The deciding evidence in one sentence.
+
+    Examples
+    --------
+    >>> cases = [Case("equal quality", False, {"heads": "homogeneous"}),
+    ...          Case("unequal quality", True, {"heads": "heterogeneous"})]
+    >>> judge("C11", cases, conditions={"heads": ["heterogeneous"]}, reason="...").label
+    "reproduced under the paper's conditions"
+    """
+    cases = list(cases)
+    if not cases or not all(isinstance(c, Case) for c in cases):
+        raise TypeError("cases must be a non-empty iterable of Case")
+    if not isinstance(conditions, Mapping):
+        raise TypeError(f"conditions must be a mapping, got {type(conditions).__name__}")
+    inside = [c for c in cases if within_conditions(c, conditions)]
+    outside = [c for c in cases if c not in inside]
+    holds_as_stated = all(c.holds for c in cases)
+    possible = {REPRODUCED} if any(c.could_fail for c in cases) or holds_as_stated else set()
+    if any(c.could_fail for c in cases):
+        if inside and outside:
+            possible.add(UNDER_CONDITIONS)
+        if any(c.could_fail for c in inside) or not inside:
+            possible.add(NOT_REPRODUCED)
+    verdict_kwargs = {}
+    if not holds_as_stated:
+        verdict_kwargs = dict(
+            holds_under_paper_conditions=bool(inside) and all(c.holds for c in inside),
+            counterexample_within_paper_conditions=any(not c.holds for c in inside) or not inside,
+        )
+    label = decide(claim, holds_as_stated=holds_as_stated, reason=reason, possible=LABELS, **verdict_kwargs).label
+    possible.add(label)
+    return decide(claim, holds_as_stated=holds_as_stated, reason=reason,
+                  possible=tuple(x for x in LABELS if x in possible), **verdict_kwargs)

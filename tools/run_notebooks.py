@@ -176,6 +176,8 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
         return result("FAILED", f"{type(err).__name__}: {err}")
     if args.device is not None:
         params["device"] = args.device
+    if args.seed is not None:
+        params["seed"] = args.seed
 
     log = log_dir / f"{nb.stem}.log"
     spec_path = log_dir / f"{nb.stem}.spec.json"
@@ -281,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=PROFILES, default="standard")
     parser.add_argument("--stage", type=Path, default=ROOT / "_build" / "stage")
     parser.add_argument("--device", default=None, help="override the notebooks' device parameter")
+    parser.add_argument("--seed", type=int, default=None, help="override the notebooks' seed parameter")
     parser.add_argument(
         "--timeout",
         type=float,
