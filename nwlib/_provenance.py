@@ -87,8 +87,8 @@ def digest(value: Any) -> str:
     data = getattr(value, "data", None)  # a pandas Styler holds its DataFrame as .data
     if hasattr(value, "to_csv"):
         payload = value.to_csv().encode()
-    elif data is not None and hasattr(data, "to_csv") and hasattr(value, "to_html"):
-        payload = data.to_csv().encode() + value.to_html().encode()
+    elif data is not None and hasattr(data, "to_csv") and hasattr(value, "to_string"):
+        payload = value.to_string().encode()  # the formatted cells (to_html carries a random table id)
     elif hasattr(value, "savefig"):  # a matplotlib figure: its rendered pixels
         import io
 

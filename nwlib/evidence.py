@@ -366,7 +366,7 @@ class Findings:
         adjusted = holm([f.p_value for f in tested])
         z_level = _N.inv_cdf(1 - self.alpha / max(m, 1))
         z_power = _N.inv_cdf(POWER)
-        for f, p in zip(tested, adjusted):
+        for f, p in zip(tested, adjusted, strict=True):
             f.p_adjusted = p
             f.holds = p <= self.alpha
             powers, factors = [], []

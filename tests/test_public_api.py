@@ -134,3 +134,38 @@ def test_book_tooling_is_outside_the_library_namespace():
     for name in ("glue", "glue_figure", "glue_math"):
         assert name not in nwlib.__all__ and not hasattr(nwlib, name)
         assert callable(getattr(nwlib.book, name))
+
+
+QUALIFIED_SIGNATURES = {
+    "nwlib.book.glue": "(name, value, display=False, *, se=None, exact=None, tol=None, verify=True, dtype=None, device=None)",
+    "nwlib.book.setup": "(*, profile, seed, device, dtype)",
+    "nwlib.evidence.paired": "(a, b)",
+    "nwlib.evidence.estimate": "(value, se)",
+    "nwlib.evidence.holm": "(p_values)",
+    "nwlib.evidence.significant": "(comparisons, *, alpha=0.05, alternative='two-sided')",
+    "nwlib.evidence.family_threshold": "(count, alpha=0.05)",
+    "nwlib.evidence.fp_tolerance": "(dtype='float64', *, scale=1.0, condition=1.0)",
+    "nwlib.evidence.Findings": "(family, *, profile, alpha=0.05)",
+    "nwlib.verdicts.judge": "(claim, cases, *, conditions, reason)",
+    "nwlib.verdicts.Case": "(name, holds, attributes=<factory>, could_fail=True)",
+}
+
+
+@pytest.mark.parametrize("path", sorted(QUALIFIED_SIGNATURES))
+def test_qualified_signatures_are_pinned(path):
+    import importlib
+
+    module, name = path.rsplit(".", 1)
+    obj = getattr(importlib.import_module(module), name)
+    assert _plain(inspect.signature(obj)) == QUALIFIED_SIGNATURES[path]
+
+
+@pytest.mark.parametrize("module", ["nwlib.evidence", "nwlib.verdicts", "nwlib.book"])
+def test_every_export_of_the_qualified_modules_resolves_and_is_documented(module):
+    import importlib
+
+    mod = importlib.import_module(module)
+    for name in mod.__all__:
+        obj = getattr(mod, name)
+        if callable(obj):
+            assert inspect.getdoc(obj), f"{module}.{name} has no docstring"

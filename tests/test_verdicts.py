@@ -55,3 +55,62 @@ def test_bad_input(kwargs, exc, match):
     args = {"claim": "C1", "holds_as_stated": True, "reason": "r", **kwargs}
     with pytest.raises(exc, match=match):
         decide(args.pop("claim"), **args)
+
+
+# --- judge: the one rule for "within the paper's conditions" ---
+from nwlib.verdicts import Case, judge, within_conditions  # noqa: E402
+
+PAPER = {"heads": ["heterogeneous"]}
+
+
+def _cases(inside: bool | None, outside: bool | None):
+    cases = []
+    if inside is not None:
+        cases.append(Case("unequal quality", inside, {"heads": "heterogeneous", "kernel": "gaussian"}))
+    if outside is not None:
+        cases.append(Case("equal quality", outside, {"heads": "homogeneous", "kernel": "gaussian"}))
+    return cases
+
+
+@pytest.mark.parametrize(
+    "inside, outside, label",
+    [
+        (True, True, "reproduced"),
+        (True, False, "reproduced under the paper's conditions"),
+        (False, True, "not reproduced as stated"),
+        (False, False, "not reproduced as stated"),
+        (None, False, "not reproduced as stated"),  # no case within the conditions: nothing rescues it
+        (True, None, "reproduced"),
+    ],
+)
+def test_judge_applies_the_one_rule(inside, outside, label):
+    v = judge("C11", _cases(inside, outside), conditions=PAPER, reason="because")
+    assert v.label == label
+    assert v.label in v.possible
+
+
+def test_judge_records_which_labels_could_have_come_out():
+    both = judge("C11", _cases(True, True), conditions=PAPER, reason="r")
+    assert set(both.possible) == {"reproduced", "reproduced under the paper's conditions",
+                                  "not reproduced as stated"} and both.decisive
+    only_inside = judge("C11", _cases(True, None), conditions=PAPER, reason="r")
+    assert "reproduced under the paper's conditions" not in only_inside.possible
+    identity = judge("C1", [Case("identity", True, {}, could_fail=False)], conditions={}, reason="r")
+    assert identity.possible == ("reproduced",) and not identity.decisive
+    assert "no evidence" in identity.text()
+
+
+def test_unconditional_claims_have_every_case_inside():
+    v = judge("C4", _cases(True, False), conditions={}, reason="r")
+    assert v.label == "not reproduced as stated"
+
+
+def test_a_case_must_state_the_attributes_the_conditions_name():
+    with pytest.raises(ValueError, match="lacks the attribute"):
+        within_conditions(Case("x", True, {"kernel": "gaussian"}), PAPER)
+    with pytest.raises(TypeError, match="holds"):
+        Case("x", 1, {})  # a literal number is not a finding's decision
+    with pytest.raises(TypeError, match="attributes"):
+        Case("x", True, {"heads": 2})
+    with pytest.raises(TypeError, match="cases"):
+        judge("C1", [], conditions={}, reason="r")

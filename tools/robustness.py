@@ -72,6 +72,8 @@ def one_seed(seed: int, variant: str) -> dict:
     args = [sys.executable, "tools/verify.py", str(folder), "--quiet", "--json", str(summary_json)]
     verify = _run(args + (["--other-seed"] if seed != _reference_seed() else []))
     compared = json.loads(summary_json.read_text()) if summary_json.is_file() else {}
+    if verify.returncode not in (0, 1) or not compared:  # the comparison itself did not run
+        compared = {"compared": 0, "failed": [f"tools/verify.py exited {verify.returncode}: {verify.stderr[-300:]}"]}
     return {
         "seed": seed,
         "variant": variant,

@@ -46,6 +46,7 @@ def _load(module: str):
 
     spec = importlib.util.spec_from_file_location(f"_nwlib_{module}", ROOT / "nwlib" / f"{module}.py")
     loaded = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = loaded  # type: ignore[union-attr]  # dataclasses look their module up
     spec.loader.exec_module(loaded)  # type: ignore[union-attr]
     return loaded
 

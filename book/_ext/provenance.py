@@ -30,9 +30,13 @@ def describe(entry: dict[str, Any]) -> str:
     run = ", ".join(
         f"{name} {entry[name]}" for name in ("profile", "seed", "device", "dtype") if entry.get(name) is not None
     )
-    commit = str(entry.get("commit", "unknown"))[:10]
-    return (f"{entry['key']}: {where}; {run}; commit {commit}, nwlib {entry.get('nwlib')}, "
-            f"torch {entry.get('torch')}; {entry.get('time')}")
+    commit = str(entry.get("commit", "unknown"))[:10] + (" (dirty tree)" if entry.get("dirty") else "")
+    cls = entry.get("cls")
+    how = {"mc": f"Monte Carlo estimate, SE {entry.get('se'):.2g}" if entry.get("se") is not None else "Monte Carlo",
+           "exact": "exact", "fp": f"deterministic, to within {entry.get('tol') or 0:.1g}",
+           "info": "informational"}.get(cls or "", "")
+    return (f"{entry['key']}: {where}; {run}" + (f"; {how}" if how else "")
+            + f"; commit {commit}, nwlib {entry.get('nwlib')}, torch {entry.get('torch')}; {entry.get('time')}")
 
 
 class AnnotateGlueProvenance(SphinxPostTransform):

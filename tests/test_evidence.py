@@ -1,0 +1,179 @@
+"""nwlib.evidence, the book's one standard of evidence, against independent references.
+
+scipy's paired t statistic and normal quantiles, statsmodels' Holm procedure, explicit TOST
+formulas, and a Monte Carlo check that the reported power is the rejection rate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+
+from nwlib.evidence import (
+    ALPHA,
+    POWER,
+    Comparison,
+    Findings,
+    estimate,
+    family_threshold,
+    fp_tolerance,
+    holm,
+    paired,
+    significant,
+)
+
+
+def _series(seed: int, r: int = 200, shift: float = 0.1, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(r, generator=g, dtype=dtype)
+    return a, a - shift + 0.3 * torch.randn(r, generator=g, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_paired_z_is_the_paired_t_statistic(dtype):
+    a, b = _series(0, dtype=dtype)
+    c = paired(a, b)
+    ref = stats.ttest_rel(a.double().numpy(), b.double().numpy())
+    tol = 1e-4 if dtype == torch.float32 else 1e-10
+    assert c.z == pytest.approx(ref.statistic, rel=tol)
+    assert c.estimate == pytest.approx(float((a - b).double().mean()), rel=tol)
+
+
+def test_paired_rejects_bad_input():
+    a, b = _series(0)
+    with pytest.raises(ValueError, match="a must be"):
+        paired(a[None], b[None])
+    with pytest.raises(ValueError, match="shape"):
+        paired(a, b[:-1])
+    with pytest.raises(TypeError):
+        paired(a, b.float())
+
+
+def test_estimate_checks_its_arguments():
+    with pytest.raises(ValueError, match="se"):
+        estimate(1.0, -0.1)
+    with pytest.raises(TypeError, match="value"):
+        estimate("1", 0.1)
+    with pytest.raises(ValueError, match="NaN"):
+        estimate(math.nan, 0.1)
+    assert Comparison(1.0, 0.0).z == math.inf and Comparison(0.0, 0.0).z == 0.0
+
+
+def test_holm_matches_statsmodels():
+    rng = np.random.default_rng(1)
+    p = rng.uniform(0, 0.1, size=12)
+    ref = multipletests(p, alpha=ALPHA, method="holm")[1]
+    assert holm(p.tolist()) == pytest.approx(ref.tolist(), abs=1e-12)
+
+
+def test_one_sided_findings_use_the_normal_p_value_and_holm():
+    f = Findings("t", profile="quick")
+    ests = [estimate(0.25, 0.1), estimate(0.15, 0.1), estimate(-0.5, 0.1)]
+    f.greater("a", "first is positive", ests[0])
+    f.greater("b", "second is positive", ests[1])
+    f.less("c", "third is negative", ests[2])
+    found = {x.name: x for x in f.decide()}
+    p = [stats.norm.sf(2.5), stats.norm.sf(1.5), stats.norm.cdf(-5.0)]
+    adj = multipletests(p, method="holm")[1]
+    for name, pv, pa in zip("abc", p, adj, strict=True):
+        assert found[name].p_value == pytest.approx(pv, rel=1e-9)
+        assert found[name].p_adjusted == pytest.approx(pa, rel=1e-9)
+        assert found[name].holds == (pa <= ALPHA)
+    assert found["a"].holds and not found["b"].holds and found["c"].holds
+
+
+def test_equivalence_is_tost_and_gets_harder_with_less_data():
+    f = Findings("t", profile="quick")
+    f.within("flat", "the MSE moves by less than 0.02", estimate(0.005, 0.004), margin=0.02)
+    f.within("noisy", "the same with a larger SE", estimate(0.005, 0.02), margin=0.02)
+    f.at_most("no_rise", "no increase above 0.02", [estimate(0.0, 0.005), estimate(0.01, 0.004)], margin=0.02)
+    found = {x.name: x for x in f.decide()}
+    tost = max(stats.norm.sf((0.005 + 0.02) / 0.004), stats.norm.cdf((0.005 - 0.02) / 0.004))
+    assert found["flat"].p_value == pytest.approx(tost, rel=1e-9)
+    assert found["flat"].holds and not found["noisy"].holds  # noise alone never passes "no effect"
+    assert found["no_rise"].p_value == pytest.approx(stats.norm.cdf((0.01 - 0.02) / 0.004), rel=1e-9)
+
+
+def test_power_is_the_rejection_rate_of_a_rerun():
+    # One finding (m = 1): a rerun draws estimate ~ N(delta, se^2); the finding holds when z > z_{1-alpha}.
+    delta, se = 0.3, 0.1
+    f = Findings("t", profile="quick")
+    f.greater("x", "positive", estimate(delta, se))
+    power = f["x"].power
+    rng = np.random.default_rng(2)
+    draws = rng.normal(delta, se, size=40_000)
+    rate = float(np.mean(stats.norm.sf(draws / se) <= ALPHA))
+    assert power == pytest.approx(stats.norm.cdf(delta / se - stats.norm.ppf(1 - ALPHA)), rel=1e-9)
+    assert abs(rate - power) < 4 * math.sqrt(power * (1 - power) / draws.size)
+    # With size_factor times the replicates the SE shrinks by its square root and the power is POWER.
+    k = f["x"].size_factor
+    assert stats.norm.cdf(delta * math.sqrt(k) / se - stats.norm.ppf(1 - ALPHA)) == pytest.approx(POWER, abs=1e-9)
+
+
+def test_a_finding_is_asserted_only_under_its_profiles():
+    for profile, should_raise in (("quick", False), ("standard", True)):
+        f = Findings("t", profile=profile)
+        f.greater("weak", "a small effect", estimate(0.05, 0.1), profiles=("standard", "full"))
+        f.fact("identity", "an identity", True)
+        assert f["weak"].asserted == (profile == "standard")
+        if should_raise:
+            with pytest.raises(AssertionError, match="weak"):
+                f.check()
+        else:
+            f.check()
+            assert "reported, not asserted" in f["weak"].decision
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda f: f.greater("not an id", "s", estimate(1, 1)), ValueError),
+        (lambda f: f.greater("x", "", estimate(1, 1)), TypeError),
+        (lambda f: f.within("x", "s", estimate(1, 1), margin=0), ValueError),
+        (lambda f: f.at_most("x", "s", estimate(1, 1), margin=-1), ValueError),
+        (lambda f: f.greater("x", "s", 1.0), TypeError),
+        (lambda f: f.greater("x", "s", [],), ValueError),
+        (lambda f: f.greater("x", "s", estimate(1, 1), profiles=("fast",)), ValueError),
+        (lambda f: f.fact("x", "s", 1), TypeError),
+    ],
+)
+def test_findings_reject_bad_declarations(call, error):
+    with pytest.raises(error):
+        call(Findings("t", profile="quick"))
+
+
+def test_findings_reject_a_duplicate_name_and_a_bad_profile():
+    f = Findings("t", profile="quick")
+    f.fact("x", "s", True)
+    with pytest.raises(ValueError, match="already"):
+        f.fact("x", "s", True)
+    with pytest.raises(ValueError, match="profile"):
+        Findings("t", profile="fast")
+
+
+def test_significant_is_holm_on_two_sided_p_values():
+    comps = [estimate(0.3, 0.1), estimate(-0.25, 0.1), estimate(0.1, 0.1)]
+    p = [2 * stats.norm.sf(abs(c.z)) for c in comps]
+    assert significant(comps) == list(multipletests(p, alpha=ALPHA, method="holm")[0])
+    assert significant(comps, alternative="greater") == [True, False, False]
+
+
+@pytest.mark.parametrize("count", [1, 10, 1000])
+def test_family_threshold_is_bonferroni(count):
+    assert family_threshold(count) == pytest.approx(stats.norm.ppf(1 - ALPHA / (2 * count)), rel=1e-12)
+    with pytest.raises(ValueError):
+        family_threshold(0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_fp_tolerance_follows_the_dtype(dtype):
+    assert fp_tolerance(dtype, scale=2.0, condition=3.0) == pytest.approx(1024 * torch.finfo(dtype).eps * 6.0)
+    with pytest.raises(ValueError):
+        fp_tolerance("int32")
+    with pytest.raises(ValueError):
+        fp_tolerance(dtype, condition=0.5)
