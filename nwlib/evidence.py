@@ -51,6 +51,7 @@ __all__ = [
     "family_threshold",
     "fp_tolerance",
     "holm",
+    "mean",
     "paired",
     "significant",
 ]
@@ -147,6 +148,28 @@ def paired(a: Any, b: Any) -> Comparison:
         raise ValueError(f"a must be a 1-dimensional tensor of replicates, got shape {tuple(getattr(a, 'shape', ()))}")
     d = paired_difference(a, b)
     return Comparison(float(d.mean), float(d.se))
+
+
+def mean(values: Any) -> Comparison:
+    """The mean of independent per-replicate values and its standard error (R − 1 denominator).
+
+    Parameters
+    ----------
+    values : Tensor, shape (R,)
+        R >= 2 independent replicates of one quantity (not a difference: that is :func:`paired`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> c = mean(torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64))
+    >>> c.estimate, round(c.se, 6)
+    (2.5, 0.645497)
+    """
+    import torch
+
+    if not isinstance(values, torch.Tensor) or values.dim() != 1:
+        raise ValueError("values must be a 1-dimensional tensor of replicates")
+    return paired(values, torch.zeros_like(values))
 
 
 def _as_comparison(value: Any, name: str) -> Comparison:
@@ -428,7 +451,8 @@ class Findings:
         Keys: ``finding_<name>`` (bool), ``finding_<name>_decision`` (text: "holds", or
         "holds (reported, not asserted)" under a profile that does not assert it),
         ``finding_<name>_power``, ``findings_asserted``, ``findings_reported``,
-        ``findings_alpha`` and ``findings_table`` (a DataFrame).
+        ``findings_alpha`` and ``findings_table`` (a DataFrame, also displayed in the notebook
+        with its cells unabridged).
 
         An asserted decision is recorded as exact (a rerun on any seed or machine must repeat
         it); a finding reported but not asserted is informational.
@@ -442,7 +466,10 @@ class Findings:
         glue("findings_asserted", sum(f.asserted for f in self))
         glue("findings_reported", sum(not f.asserted for f in self))
         glue("findings_alpha", self.alpha, exact=True)
-        glue("findings_table", self.table())
+        import pandas as pd
+
+        with pd.option_context("display.max_colwidth", None):  # whole statements and statistics
+            glue("findings_table", self.table(), display=True)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

@@ -177,3 +177,12 @@ def test_fp_tolerance_follows_the_dtype(dtype):
         fp_tolerance("int32")
     with pytest.raises(ValueError):
         fp_tolerance(dtype, condition=0.5)
+
+
+def test_mean_is_the_one_sample_t_statistic():
+    from nwlib.evidence import mean
+
+    a, _ = _series(3)
+    assert mean(a).z == pytest.approx(stats.ttest_1samp(a.numpy(), 0.0).statistic, rel=1e-10)
+    with pytest.raises(ValueError):
+        mean(a[None])

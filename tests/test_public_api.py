@@ -140,6 +140,7 @@ QUALIFIED_SIGNATURES = {
     "nwlib.book.glue": "(name, value, display=False, *, se=None, exact=None, tol=None, verify=True, dtype=None, device=None)",
     "nwlib.book.setup": "(*, profile, seed, device, dtype)",
     "nwlib.evidence.paired": "(a, b)",
+    "nwlib.evidence.mean": "(values)",
     "nwlib.evidence.estimate": "(value, se)",
     "nwlib.evidence.holm": "(p_values)",
     "nwlib.evidence.significant": "(comparisons, *, alpha=0.05, alternative='two-sided')",
