@@ -51,8 +51,10 @@ __all__ = [
     "family_threshold",
     "fp_tolerance",
     "holm",
+    "independent",
     "mean",
     "paired",
+    "se_of_se",
     "significant",
 ]
 
@@ -170,6 +172,37 @@ def mean(values: Any) -> Comparison:
     if not isinstance(values, torch.Tensor) or values.dim() != 1:
         raise ValueError("values must be a 1-dimensional tensor of replicates")
     return paired(values, torch.zeros_like(values))
+
+
+def independent(a: Comparison, b: Comparison) -> Comparison:
+    """The difference ``a − b`` of two estimates from independent draws (SEs add in quadrature).
+
+    For estimates on the same draws use :func:`paired` on the per-replicate values instead: their
+    errors are correlated and this would misstate the standard error.
+
+    Examples
+    --------
+    >>> independent(estimate(1.0, 0.3), estimate(0.5, 0.4))
+    Comparison(estimate=0.5, se=0.5)
+    """
+    a, b = _as_comparison(a, "a"), _as_comparison(b, "b")
+    return Comparison(a.estimate - b.estimate, math.hypot(a.se, b.se))
+
+
+def se_of_se(se: float, replicates: int) -> float:
+    """Standard error of a standard error estimated from ``replicates`` values: ``se / sqrt(2 (R − 1))``.
+
+    The class of a glued standard error (``glue(..., se=se_of_se(se, R))``): it is itself a Monte
+    Carlo estimate (normal theory; a guide, not exact for skewed replicates).
+
+    Examples
+    --------
+    >>> se_of_se(0.1, 51)
+    0.01
+    """
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 2:
+        raise ValueError(f"replicates must be an integer >= 2, got {replicates!r}")
+    return _real(se, "se") / math.sqrt(2 * (replicates - 1))
 
 
 def _as_comparison(value: Any, name: str) -> Comparison:

@@ -186,3 +186,17 @@ def test_mean_is_the_one_sample_t_statistic():
     assert mean(a).z == pytest.approx(stats.ttest_1samp(a.numpy(), 0.0).statistic, rel=1e-10)
     with pytest.raises(ValueError):
         mean(a[None])
+
+
+def test_independent_difference_adds_variances_and_se_of_se_matches_simulation():
+    from nwlib.evidence import independent, se_of_se
+
+    c = independent(estimate(1.0, 0.3), estimate(0.2, 0.4))
+    assert c.estimate == pytest.approx(0.8) and c.se == pytest.approx(0.5)
+    # the spread of estimated SEs of the mean of R normal values, against se_of_se
+    rng = np.random.default_rng(4)
+    R = 50
+    ses = rng.normal(size=(20_000, R)).std(axis=1, ddof=1) / math.sqrt(R)
+    assert float(ses.std()) == pytest.approx(se_of_se(1 / math.sqrt(R), R), rel=0.03)
+    with pytest.raises(ValueError):
+        se_of_se(0.1, 1)

@@ -141,6 +141,8 @@ QUALIFIED_SIGNATURES = {
     "nwlib.book.setup": "(*, profile, seed, device, dtype)",
     "nwlib.evidence.paired": "(a, b)",
     "nwlib.evidence.mean": "(values)",
+    "nwlib.evidence.independent": "(a, b)",
+    "nwlib.evidence.se_of_se": "(se, replicates)",
     "nwlib.evidence.estimate": "(value, se)",
     "nwlib.evidence.holm": "(p_values)",
     "nwlib.evidence.significant": "(comparisons, *, alpha=0.05, alternative='two-sided')",
