@@ -327,6 +327,7 @@ class Findings:
         self.family, self.profile, self.alpha = family, profile, alpha
         self._findings: dict[str, Finding] = {}
         self._decided = False
+        self._read = False  # a decision was read: the family is closed
 
     # --- declaring findings ---
     def _add(self, name: str, statement: str, tests: list[OneSided], profiles: Iterable[str] | None,
@@ -335,6 +336,10 @@ class Findings:
             raise ValueError(f"name must be an identifier (it becomes a glue key), got {name!r}")
         if name in self._findings:
             raise ValueError(f"name {name!r} is already a finding of {self.family}")
+        if self._read:
+            raise RuntimeError(
+                f"finding {name!r} declared after a decision of {self.family} was read: Holm decides the "
+                "whole family at once, so declare every finding before reading any decision")
         if not isinstance(statement, str) or not statement.strip():
             raise TypeError("statement must be a non-empty string: the sentence the book states")
         profiles = PROFILES if profiles is None else tuple(profiles)
@@ -442,11 +447,13 @@ class Findings:
     def __getitem__(self, name: str) -> Finding:
         if not self._decided:
             self.decide()
+        self._read = True
         return self._findings[name]
 
     def __iter__(self):
         if not self._decided:
             self.decide()
+        self._read = True
         return iter(self._findings.values())
 
     def __len__(self) -> int:

@@ -200,3 +200,11 @@ def test_independent_difference_adds_variances_and_se_of_se_matches_simulation()
     assert float(ses.std()) == pytest.approx(se_of_se(1 / math.sqrt(R), R), rel=0.03)
     with pytest.raises(ValueError):
         se_of_se(0.1, 1)
+
+
+def test_the_family_is_closed_once_a_decision_is_read():
+    f = Findings("t", profile="quick")
+    f.greater("a", "an effect", estimate(0.3, 0.1))
+    assert f.holds("a")
+    with pytest.raises(RuntimeError, match="declare every finding"):
+        f.greater("b", "a later effect", estimate(0.3, 0.1))
