@@ -29,8 +29,10 @@ def setup(*, profile: str, seed: int, device: Any, dtype: Any) -> None:
     ----------
     profile : str
     seed : int
-    device : torch.device or str
-    dtype : torch.dtype or str
+    device : torch.device, str or None
+        None for a notebook that computes nothing on a device (an appendix reading result files).
+    dtype : torch.dtype, str or None
+        The notebook's main dtype; None where it has none.
     """
     _provenance.set_run(profile=profile, seed=seed, device=device, dtype=dtype)
 
