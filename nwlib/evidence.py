@@ -290,7 +290,7 @@ class Finding:
     def decision(self) -> str:
         """'holds' or 'does not hold', and whether the profile asserts it."""
         verdict = "holds" if self.holds else "does not hold"
-        return verdict if self.asserted else f"{verdict} (reported, not asserted)"
+        return verdict if self.asserted else f"{verdict}, reported, not asserted"
 
 
 class Findings:
@@ -489,7 +489,7 @@ class Findings:
         """Glue every finding's decision and the family's table.
 
         Keys: ``finding_<name>`` (bool), ``finding_<name>_decision`` (text: "holds", or
-        "holds (reported, not asserted)" under a profile that does not assert it),
+        "holds, reported, not asserted" under a profile that does not assert it),
         ``finding_<name>_power``, ``findings_asserted``, ``findings_reported``,
         ``findings_alpha`` and ``findings_table`` (a DataFrame, also displayed in the notebook
         with its cells unabridged).
