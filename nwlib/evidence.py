@@ -479,10 +479,13 @@ class Findings:
         """The findings as a pandas DataFrame (finding, statistic, Holm p, power, decision)."""
         import pandas as pd
 
-        rows = [dict(finding=f.statement, statistic=f.statistic,
-                     p_holm=(f"{f.p_adjusted:.2g}" if not f.is_fact else "—"),
-                     power=(f"{f.power:.3f}" if not f.is_fact else "—"),
-                     asserted_in=", ".join(f.profiles), decision=f.decision) for f in self]
+        def p_text(p: float) -> str:
+            return "< 0.0001" if p < 1e-4 else f"{p:.2g}"
+
+        rows = [{"finding": f.statement, "statistic": f.statistic,
+                 "Holm p": p_text(f.p_adjusted) if not f.is_fact else "—",
+                 "power": f"{f.power:.3f}" if not f.is_fact else "—",
+                 "asserted in": ", ".join(f.profiles), "decision": f.decision} for f in self]
         return pd.DataFrame(rows, index=[f.name for f in self])
 
     def glue(self) -> None:
