@@ -482,11 +482,12 @@ class Findings:
         def p_text(p: float) -> str:
             return "< 0.0001" if p < 1e-4 else f"{p:.2g}"
 
-        rows = [{"finding": f.statement, "statistic": f.statistic,
+        rows = [{"statistic": f.statistic,
                  "Holm p": p_text(f.p_adjusted) if not f.is_fact else "—",
                  "power": f"{f.power:.3f}" if not f.is_fact else "—",
                  "asserted in": ", ".join(f.profiles), "decision": f.decision} for f in self]
-        return pd.DataFrame(rows, index=[f.name for f in self])
+        # The statement is the row's label: the reader's column; the finding's name is the notebook's.
+        return pd.DataFrame(rows, index=pd.Index([f.statement for f in self], name="finding"))
 
     def glue(self) -> None:
         """Glue every finding's decision and the family's table.
