@@ -49,7 +49,7 @@ def fixture_book(tmp_path_factory) -> Path:
         nbformat.v4.new_code_cell(
             "import matplotlib.pyplot as plt\nimport sympy as sp\n"
             "from nwlib.book import glue, glue_figure, glue_math\n"
-            "glue('answer', 42.0)\n"
+            "glue('answer', 42.0, exact=True)\n"
             "for name in ('figure', 'second'):\n"
             "    fig, ax = plt.subplots(figsize=(2, 2)); ax.plot([0, 1], [1, 0]); glue_figure(name, fig); plt.close(fig)\n"
             "x = sp.Symbol('x'); glue_math('equation', sp.Eq(sp.Function('f')(x), sp.sqrt(x) / 2))"
