@@ -34,7 +34,7 @@ takes an allowed value.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 __all__ = ["LABELS", "Case", "Verdict", "decide", "judge", "within_conditions"]
 
@@ -270,8 +270,9 @@ def judge(
         raise TypeError("cases must be a non-empty iterable of Case")
     if not isinstance(conditions, Mapping):
         raise TypeError(f"conditions must be a mapping, got {type(conditions).__name__}")
-    inside = [c for c in cases if within_conditions(c, conditions)]
-    outside = [c for c in cases if c not in inside]
+    within = [within_conditions(c, conditions) for c in cases]
+    inside = [c for c, w in zip(cases, within, strict=True) if w]
+    outside = [c for c, w in zip(cases, within, strict=True) if not w]
     holds_as_stated = all(c.holds for c in cases)
     possible = {REPRODUCED} if any(c.could_fail for c in cases) or holds_as_stated else set()
     if any(c.could_fail for c in cases):
@@ -285,7 +286,6 @@ def judge(
             holds_under_paper_conditions=bool(inside) and all(c.holds for c in inside),
             counterexample_within_paper_conditions=any(not c.holds for c in inside) or not inside,
         )
-    label = decide(claim, holds_as_stated=holds_as_stated, reason=reason, possible=LABELS, **verdict_kwargs).label
-    possible.add(label)
-    return decide(claim, holds_as_stated=holds_as_stated, reason=reason,
-                  possible=tuple(x for x in LABELS if x in possible), **verdict_kwargs)
+    verdict = decide(claim, holds_as_stated=holds_as_stated, reason=reason, possible=LABELS, **verdict_kwargs)
+    possible.add(verdict.label)
+    return replace(verdict, possible=tuple(x for x in LABELS if x in possible))

@@ -41,7 +41,8 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Comple
 
 def _findings(folder: Path) -> dict[str, int]:
     """Counts of asserted and reported findings, and of those that held, from the manifests."""
-    sys.path.insert(0, str(ROOT / "tools"))
+    if str(ROOT / "tools") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tools"))
     from verify import read_manifests
 
     counts = {"asserted": 0, "asserted_held": 0, "reported": 0, "reported_held": 0}
