@@ -227,8 +227,17 @@ def engine_bound(spec: dict) -> dict:
 
         def estimate(chunk: int):
             return mc.memory_estimate(
-                num_heads=H, n=n, m=m, embed_dim=spec["D"], head_dim=spec["d"], replicates=R,
-                chunk_size=chunk, head_data=head_data, kernel=kernel, dtype=dtype, device=spec["device"],
+                num_heads=H,
+                n=n,
+                m=m,
+                embed_dim=spec["D"],
+                head_dim=spec["d"],
+                replicates=R,
+                chunk_size=chunk,
+                head_data=head_data,
+                kernel=kernel,
+                dtype=dtype,
+                device=spec["device"],
             )
 
         chunk = spec.get("chunk_size")
@@ -335,7 +344,8 @@ def measure(spec: dict) -> dict:
         undo()
     del out
     result.update(
-        rss_measure="VmHWM after clear_refs, minus VmRSS before" if hwm_reset
+        rss_measure="VmHWM after clear_refs, minus VmRSS before"
+        if hwm_reset
         else "ru_maxrss minus VmRSS before (may understate)",
         rss_peak_bytes=max(0, peak_kib - baseline_kib) * 1024,
         baseline_rss_bytes=baseline_kib * 1024,
@@ -350,11 +360,19 @@ def measure(spec: dict) -> dict:
         current, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         del out
-        result.update(live_measure=LIVE_MEASURE_NUMPY, live_peak_bytes=int(peak - start),
-                      live_end_bytes=int(current - start), tracemalloc_peak_bytes=int(peak - start))
+        result.update(
+            live_measure=LIVE_MEASURE_NUMPY,
+            live_peak_bytes=int(peak - start),
+            live_end_bytes=int(current - start),
+            tracemalloc_peak_bytes=int(peak - start),
+        )
     else:
-        result.update(live_measure=LIVE_MEASURE_CPU, live_peak_bytes=live["peak"],
-                      live_end_bytes=live["end"], allocator_events=live["events"])
+        result.update(
+            live_measure=LIVE_MEASURE_CPU,
+            live_peak_bytes=live["peak"],
+            live_end_bytes=live["end"],
+            allocator_events=live["events"],
+        )
     result["measure"] = result["live_measure"]
     result["peak_bytes"] = result["live_peak_bytes"]
     if method == "simulate":

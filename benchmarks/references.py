@@ -109,9 +109,7 @@ def numpy_loop(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, scale:
     return out
 
 
-def numpy_loop_gaussian(
-    queries: np.ndarray, keys: np.ndarray, values: np.ndarray, bandwidth: float
-) -> np.ndarray:
+def numpy_loop_gaussian(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, bandwidth: float) -> np.ndarray:
     """Gaussian-kernel NW with a Python loop over the leading (R, H) axes.
 
     The logits are ``-(|q|² + |k|² - 2 q·k) / (2h²)`` for one (m, n) block at a
@@ -148,9 +146,7 @@ def sdpa_unpadded(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
     return out.squeeze(-1)
 
 
-def statsmodels_nw(
-    queries: np.ndarray, keys: np.ndarray, values: np.ndarray, bandwidth: float
-) -> np.ndarray:
+def statsmodels_nw(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, bandwidth: float) -> np.ndarray:
     """Gaussian-kernel NW estimate of one estimator by statsmodels' ``KernelReg``.
 
     ``reg_type='lc'`` (local constant) with a fixed ``bw`` is exactly NW with

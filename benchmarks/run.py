@@ -97,8 +97,10 @@ METHODS = {
     "gemm": "reference GEMM (machine throughput)",
     "exp": "reference torch.exp over a cache-sized buffer (machine throughput)",
 }
-GAUSSIAN_METHODS = {"materialised": "softmax(-cdist(Q, K)²/(2h²)) V, weights formed",
-                    "numpy_loop": "NumPy loop over replicates and heads, Gaussian kernel"}
+GAUSSIAN_METHODS = {
+    "materialised": "softmax(-cdist(Q, K)²/(2h²)) V, weights formed",
+    "numpy_loop": "NumPy loop over replicates and heads, Gaussian kernel",
+}
 TARGETS = {"materialised": 5.0, "numpy_loop": 4.0}
 TARGET_CONFIG = "cpu-float32-scalar"
 CONTROL = "control"
@@ -191,8 +193,7 @@ def _engine_callables(cfg: Config) -> dict[str, Callable]:
     cfg.results["bandwidth_per_head"] = [float(b) for b in bw]
 
     def run_simulate():
-        return simulate(task, W, z, n=cfg.n, replicates=cfg.R,
-                        generator=torch.Generator(device=device).manual_seed(1))
+        return simulate(task, W, z, n=cfg.n, replicates=cfg.R, generator=torch.Generator(device=device).manual_seed(1))
 
     return {
         "nw": lambda: nadaraya_watson(queries, keys, values, kernel="gaussian", bandwidth=bw),
@@ -216,8 +217,11 @@ def _callables(cfg: Config) -> dict[str, Callable]:
         if method in calls:
             continue
         if method == "materialised":
-            calls[method] = (lambda: materialised_gaussian(q, k, v, h)) if gaussian else (
-                lambda: materialised_softmax(q, k, v, scale))
+            calls[method] = (
+                (lambda: materialised_gaussian(q, k, v, h))
+                if gaussian
+                else (lambda: materialised_softmax(q, k, v, scale))
+            )
         elif method == "numpy_loop":
             qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
             if gaussian:
@@ -352,8 +356,10 @@ def run_config(cfg: Config, rounds: int, rng: random.Random, pause: float = 0.0)
         gemm_s = cfg.nw_flops / (r["gemm_gflops"] * 1e9)
         exp_s = cfg.nw_exps / (r["exp_gexps"] * 1e9)
         # Paired: each round's attainable time (from that round's GEMM and exp) over its nw time.
-        paired = [max(cfg.nw_flops * tg / r["gemm_flops"], cfg.nw_exps * te / r["exp_count"]) / tn
-                  for tg, te, tn in zip(samples["gemm"], samples["exp"], samples["nw"], strict=True)]
+        paired = [
+            max(cfg.nw_flops * tg / r["gemm_flops"], cfg.nw_exps * te / r["exp_count"]) / tn
+            for tg, te, tn in zip(samples["gemm"], samples["exp"], samples["nw"], strict=True)
+        ]
         r["roofline"] = {
             "gemm_time_s": gemm_s,
             "exp_time_s": exp_s,
@@ -366,17 +372,37 @@ def run_config(cfg: Config, rounds: int, rng: random.Random, pause: float = 0.0)
     if "simulate" in samples:
         sim_med = statistics.median(samples["simulate"])
         r["replicates_per_s"] = cfg.R / sim_med
-        r["simulate_size"] = {"R": cfg.R, "H": cfg.H, "D": cfg.D, "d_k": cfg.d, "n": cfg.n, "m": cfg.m,
-                              "dtype": cfg.dtype, "kernel": cfg.kernel, "head_data": "shared"}
+        r["simulate_size"] = {
+            "R": cfg.R,
+            "H": cfg.H,
+            "D": cfg.D,
+            "d_k": cfg.d,
+            "n": cfg.n,
+            "m": cfg.m,
+            "dtype": cfg.dtype,
+            "kernel": cfg.kernel,
+            "head_data": "shared",
+        }
         if "roofline" in r:
             r["roofline"]["simulate_measured_s"] = sim_med
             r["roofline"]["simulate_fraction"] = r["roofline"]["attainable_s"] / sim_med
         try:
             from benchmarks._memprobe import engine_bound
 
-            r["chunk_size_used"] = engine_bound(dict(
-                device=cfg.device, dtype=cfg.dtype, R=cfg.R, H=cfg.H, D=cfg.D, d=cfg.d, m=cfg.m, n=cfg.n,
-                chunk_size=None, kernel=cfg.kernel))["chunk_size_used"]
+            r["chunk_size_used"] = engine_bound(
+                dict(
+                    device=cfg.device,
+                    dtype=cfg.dtype,
+                    R=cfg.R,
+                    H=cfg.H,
+                    D=cfg.D,
+                    d=cfg.d,
+                    m=cfg.m,
+                    n=cfg.n,
+                    chunk_size=None,
+                    kernel=cfg.kernel,
+                )
+            )["chunk_size_used"]
         except Exception as exc:  # an nwlib without a stated memory model
             r["chunk_size_used"] = None
             r["chunk_size_note"] = f"{type(exc).__name__}: {exc}"
@@ -412,7 +438,15 @@ def build_configs(device: str, quick: bool) -> list[Config]:
             configs.append(
                 Config(
                     name=f"{device}-{dtype}-{'scalar' if p is None else 'vector'}",
-                    group="grid", device=device, dtype=dtype, R=R, H=H, m=m, n=n, d=d, p=p,
+                    group="grid",
+                    device=device,
+                    dtype=dtype,
+                    R=R,
+                    H=H,
+                    m=m,
+                    n=n,
+                    d=d,
+                    p=p,
                     methods=methods + ["gemm", "exp"],
                     control=on_cpu and dtype == "float32" and p is None,
                 )
@@ -422,18 +456,37 @@ def build_configs(device: str, quick: bool) -> list[Config]:
     # whole run has to stay within about ten minutes on two cores.
     configs.append(
         Config(
-            name=f"{device}-float32-scalar-gaussian", group="grid", device=device, dtype="float32",
-            R=R, H=H, m=m, n=n, d=d, p=None,
+            name=f"{device}-float32-scalar-gaussian",
+            group="grid",
+            device=device,
+            dtype="float32",
+            R=R,
+            H=H,
+            m=m,
+            n=n,
+            d=d,
+            p=None,
             methods=["materialised"] + (["numpy_loop"] if on_cpu else []) + ["gemm", "exp"],
-            kernel="gaussian", bandwidth=scott_bandwidth(n, d),
+            kernel="gaussian",
+            bandwidth=scott_bandwidth(n, d),
         )
     )
     # The engine end to end: the book's engine benchmark size (H = 8, d_k = 4, D = 16, n = 2048, m = 256).
     eR, eH, eD, ed, em, en = (8, 8, 16, 4, 128, 512) if quick else (64, 8, 16, 4, 256, 2048)
     configs.append(
         Config(
-            name=f"{device}-engine-gaussian-H{eH}", group="engine", device=device, dtype="float32",
-            R=eR, H=eH, m=em, n=en, d=ed, p=None, D=eD, methods=["simulate", "gemm", "exp"],
+            name=f"{device}-engine-gaussian-H{eH}",
+            group="engine",
+            device=device,
+            dtype="float32",
+            R=eR,
+            H=eH,
+            m=em,
+            n=en,
+            d=ed,
+            p=None,
+            D=eD,
+            methods=["simulate", "gemm", "exp"],
             kernel="gaussian",
         )
     )
@@ -441,8 +494,16 @@ def build_configs(device: str, quick: bool) -> list[Config]:
     for n_s in scaling_ns:
         configs.append(
             Config(
-                name=f"{device}-scaling-n{n_s}", group="scaling", device=device, dtype="float32",
-                R=scaling_R, H=8, m=256, n=n_s, d=d, p=None,
+                name=f"{device}-scaling-n{n_s}",
+                group="scaling",
+                device=device,
+                dtype="float32",
+                R=scaling_R,
+                H=8,
+                m=256,
+                n=n_s,
+                d=d,
+                p=None,
                 methods=["materialised"] + (["numpy_loop"] if on_cpu else []),
             )
         )
@@ -450,9 +511,19 @@ def build_configs(device: str, quick: bool) -> list[Config]:
         for m_s, n_s in ((32, 256),) if quick else ((64, 512), (256, 2048)):
             configs.append(
                 Config(
-                    name=f"cpu-statsmodels-m{m_s}-n{n_s}", group="statsmodels", device=device,
-                    dtype="float64", R=1, H=1, m=m_s, n=n_s, d=d, p=None, methods=["statsmodels"],
-                    kernel="gaussian", bandwidth=1.0,
+                    name=f"cpu-statsmodels-m{m_s}-n{n_s}",
+                    group="statsmodels",
+                    device=device,
+                    dtype="float64",
+                    R=1,
+                    H=1,
+                    m=m_s,
+                    n=n_s,
+                    d=d,
+                    p=None,
+                    methods=["statsmodels"],
+                    kernel="gaussian",
+                    bandwidth=1.0,
                 )
             )
     return configs
@@ -476,12 +547,38 @@ def memory_specs(device: str, quick: bool) -> list[dict]:
         if p == d:
             methods += ["mha", "mha_need_weights"]
         for method in methods:
-            specs.append(dict(case="grid", name=f"grid-{method}-{'scalar' if p is None else 'vector'}",
-                              method=method, device=device, dtype="float32", R=R, H=H, m=m, n=n, d=d, p=p))
+            specs.append(
+                dict(
+                    case="grid",
+                    name=f"grid-{method}-{'scalar' if p is None else 'vector'}",
+                    method=method,
+                    device=device,
+                    dtype="float32",
+                    R=R,
+                    H=H,
+                    m=m,
+                    n=n,
+                    d=d,
+                    p=p,
+                )
+            )
     large = ["nw"] if quick else ["nw", "materialised"] + (["numpy_loop"] if on_cpu else [])
     for method in large:
-        specs.append(dict(case="large", name=f"large-{method}", method=method, device=device, dtype="float32",
-                          R=1, H=1, m=16384, n=16384, d=d, p=None))
+        specs.append(
+            dict(
+                case="large",
+                name=f"large-{method}",
+                method=method,
+                device=device,
+                dtype="float32",
+                R=1,
+                H=1,
+                m=16384,
+                n=16384,
+                d=d,
+                p=None,
+            )
+        )
     return specs
 
 
@@ -505,8 +602,19 @@ def engine_specs(device: str, quick: bool) -> list[dict]:
         size, chunk_R, chunks, fixed, Rs, other_R = 4096, 16, (1, 4, None), 4, (16, 32, 64), 8
     else:
         size, chunk_R, chunks, fixed, Rs, other_R = 16384, 64, (1, 4, 16, None), 4, (16, 64, 128), 16
-    base = dict(case="engine", method="simulate", device=device, dtype="float32", H=1, D=16, d=8,
-                m=size, n=size, kernel="gaussian", head_data="shared")
+    base = dict(
+        case="engine",
+        method="simulate",
+        device=device,
+        dtype="float32",
+        H=1,
+        D=16,
+        d=8,
+        m=size,
+        n=size,
+        kernel="gaussian",
+        head_data="shared",
+    )
     runs: dict[tuple, dict] = {}
     for c in chunks:
         runs[(chunk_R, c, "gaussian", 1)] = dict(base, R=chunk_R, chunk_size=c, sweeps=["chunk"])
@@ -528,8 +636,21 @@ def engine_specs(device: str, quick: bool) -> list[dict]:
 
 def machine_info(devices: list[str]) -> dict:
     cpu_model, vendor, flags = platform.processor() or "unknown", None, []
-    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
-              "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+    wanted = (
+        "sse4_2",
+        "avx",
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512bw",
+        "avx512vl",
+        "avx512_vnni",
+        "avx512_bf16",
+        "avx512_fp16",
+        "amx_tile",
+        "amx_bf16",
+        "amx_int8",
+    )
     try:
         text = Path("/proc/cpuinfo").read_text()
         for line in text.splitlines():
@@ -565,8 +686,9 @@ def machine_info(devices: list[str]) -> dict:
     except AttributeError:
         capability = None
     parallel = torch.__config__.parallel_info().splitlines()
-    backend = next((line.split(":", 1)[1].strip() for line in parallel
-                    if line.startswith("ATen parallel backend")), None)
+    backend = next(
+        (line.split(":", 1)[1].strip() for line in parallel if line.startswith("ATen parallel backend")), None
+    )
     numpy_blas = None
     try:
         numpy_blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"].get("name")
@@ -592,8 +714,11 @@ def machine_info(devices: list[str]) -> dict:
         "numpy": np.__version__,
         "statsmodels": sm_version,
         "git_commit": commit or None,
-        "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                  "ATEN_CPU_CAPABILITY") if k in os.environ},
+        "thread_env": {
+            k: os.environ[k]
+            for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "ATEN_CPU_CAPABILITY")
+            if k in os.environ
+        },
     }
     if "cuda" in devices:
         info["cuda_device"] = torch.cuda.get_device_name(0)
@@ -610,54 +735,62 @@ def evaluate_targets(configs: list[Config], memory: list[dict]) -> list[dict]:
             entry = target_cfg.results["methods"].get(method)
             if entry is None:
                 continue
-            targets.append({
-                "id": f"speedup_vs_{method}",
-                "description": f"nadaraya_watson at least {threshold:g}x faster than {METHODS[method]}",
-                "config": target_cfg.name,
-                "threshold": threshold,
-                "ratio": entry["ratio_to_nw"],
-                "paired_ratio": entry["paired_ratio_median"],
-                "pass": entry["ratio_to_nw"] >= threshold,
-            })
+            targets.append(
+                {
+                    "id": f"speedup_vs_{method}",
+                    "description": f"nadaraya_watson at least {threshold:g}x faster than {METHODS[method]}",
+                    "config": target_cfg.name,
+                    "threshold": threshold,
+                    "ratio": entry["ratio_to_nw"],
+                    "paired_ratio": entry["paired_ratio_median"],
+                    "pass": entry["ratio_to_nw"] >= threshold,
+                }
+            )
     for rec in memory:
         spec = rec["spec"]
         if spec["case"] == "large" and spec["method"] == "nw" and "peak_bytes" in rec:
-            targets.append({
-                "id": f"memory_nw_{spec['device']}",
-                "description": "nadaraya_watson, m = n = 16384, one head: peak memory of the call under 1 GiB",
-                "limit_bytes": GIB,
-                "peak_bytes": rec["peak_bytes"],
-                "measure": rec.get("measure"),
-                "pass": rec["peak_bytes"] < GIB,
-            })
+            targets.append(
+                {
+                    "id": f"memory_nw_{spec['device']}",
+                    "description": "nadaraya_watson, m = n = 16384, one head: peak memory of the call under 1 GiB",
+                    "limit_bytes": GIB,
+                    "peak_bytes": rec["peak_bytes"],
+                    "measure": rec.get("measure"),
+                    "pass": rec["peak_bytes"] < GIB,
+                }
+            )
     engine = [r for r in memory if r["spec"]["case"] == "engine"]
     large_engine = [r for r in engine if "peak_bytes" in r and r["spec"]["m"] == r["spec"]["n"] == 16384]
     if large_engine:
         worst = max(r["peak_bytes"] for r in large_engine)
-        targets.append({
-            "id": "memory_engine",
-            "description": "Monte Carlo engine, m = n = 16384: peak memory under 1 GiB in every case tried",
-            "limit_bytes": GIB,
-            "peak_bytes": worst,
-            "measure": large_engine[0].get("measure"),
-            "pass": worst < GIB,
-        })
+        targets.append(
+            {
+                "id": "memory_engine",
+                "description": "Monte Carlo engine, m = n = 16384: peak memory under 1 GiB in every case tried",
+                "limit_bytes": GIB,
+                "peak_bytes": worst,
+                "measure": large_engine[0].get("measure"),
+                "pass": worst < GIB,
+            }
+        )
     if engine:
         measured = [r for r in engine if "live_peak_bytes" in r and "bound_bytes" in r]
         failing = [r["spec"]["name"] for r in measured if r["live_peak_bytes"] > r["bound_bytes"]]
         errors = [r["spec"]["name"] for r in engine if r not in measured]
         sources = sorted({r["bound_source"] for r in measured})
-        targets.append({
-            "id": "engine_within_bound",
-            "description": "engine: live peak ≤ stated bound in every case",
-            "cases": len(engine),
-            "within": len(measured) - len(failing),
-            "failing": failing,
-            "not_measured": errors,
-            "worst_peak_over_bound": max((r["live_peak_bytes"] / r["bound_bytes"] for r in measured), default=None),
-            "bound_source": sources,
-            "pass": bool(measured) and not failing and not errors,
-        })
+        targets.append(
+            {
+                "id": "engine_within_bound",
+                "description": "engine: live peak ≤ stated bound in every case",
+                "cases": len(engine),
+                "within": len(measured) - len(failing),
+                "failing": failing,
+                "not_measured": errors,
+                "worst_peak_over_bound": max((r["live_peak_bytes"] / r["bound_bytes"] for r in measured), default=None),
+                "bound_source": sources,
+                "pass": bool(measured) and not failing and not errors,
+            }
+        )
     return targets
 
 
@@ -671,9 +804,11 @@ def _mib(x: float | None) -> str:
 
 def print_report(report: dict) -> None:
     mach = report["machine"]
-    print(f"\nnwlib benchmarks  ({mach['cpu_model']}, {mach.get('cpu_capability')}, {mach['usable_cpus']} CPUs, "
-          f"{mach['torch_threads']} threads, torch {mach['torch']}, {report['date']}"
-          f"{', quick' if report['quick'] else ''})")
+    print(
+        f"\nnwlib benchmarks  ({mach['cpu_model']}, {mach.get('cpu_capability')}, {mach['usable_cpus']} CPUs, "
+        f"{mach['torch_threads']} threads, torch {mach['torch']}, {report['date']}"
+        f"{', quick' if report['quick'] else ''})"
+    )
     for cfg in report["configs"]:
         size = f"R={cfg['R']} H={cfg['H']} m={cfg['m']} n={cfg['n']} d={cfg['d']}"
         resp = "scalar" if cfg["p"] is None else f"p={cfg['p']}"
@@ -688,12 +823,16 @@ def print_report(report: dict) -> None:
         if "control" in r:
             print(f"  control: nw right after the NumPy loop, no pause: {_fmt_time(r['control']['median_s']).strip()}")
         if "gemm_gflops" in r:
-            print(f"  nw {r['nw_gflops']:.1f} GFLOP/s = {100 * r['nw_fraction_of_gemm']:.1f}% of GEMM "
-                  f"{r['gemm_gflops']:.1f} GFLOP/s; exp {r.get('exp_gexps', float('nan')):.2f} Gexp/s")
+            print(
+                f"  nw {r['nw_gflops']:.1f} GFLOP/s = {100 * r['nw_fraction_of_gemm']:.1f}% of GEMM "
+                f"{r['gemm_gflops']:.1f} GFLOP/s; exp {r.get('exp_gexps', float('nan')):.2f} Gexp/s"
+            )
         if "roofline" in r:
             rf = r["roofline"]
-            print(f"  roofline: attainable {_fmt_time(rf['attainable_s']).strip()} (limited by {rf['limited_by']}), "
-                  f"measured {_fmt_time(rf['measured_s']).strip()}: {100 * rf['fraction']:.0f}% of attainable")
+            print(
+                f"  roofline: attainable {_fmt_time(rf['attainable_s']).strip()} (limited by {rf['limited_by']}), "
+                f"measured {_fmt_time(rf['measured_s']).strip()}: {100 * rf['fraction']:.0f}% of attainable"
+            )
         if "replicates_per_s" in r:
             print(f"  simulate: {r['replicates_per_s']:.1f} replicates/s (chunk {r.get('chunk_size_used')})")
     if report["memory"]:
@@ -704,13 +843,15 @@ def print_report(report: dict) -> None:
             if "error" in rec:
                 print(f"  {label}  error: {rec['error']}")
                 continue
-            line = (f"  {label}live {_mib(rec.get('live_peak_bytes')):>9} MiB"
-                    f"   RSS {_mib(rec.get('rss_peak_bytes')):>9} MiB")
+            line = (
+                f"  {label}live {_mib(rec.get('live_peak_bytes')):>9} MiB"
+                f"   RSS {_mib(rec.get('rss_peak_bytes')):>9} MiB"
+            )
             if "expected_peak_bytes" in rec:
                 line += f"   (expected {_mib(rec['expected_peak_bytes'])} MiB)"
             if "bound_bytes" in rec:
                 verdict = "within" if rec["within_bound"] else "ABOVE"
-                line += (f"   chunk {rec['chunk_size_used']}, bound {_mib(rec['bound_bytes'])} MiB: {verdict}")
+                line += f"   chunk {rec['chunk_size_used']}, bound {_mib(rec['bound_bytes'])} MiB: {verdict}"
             print(line)
     print(f"\nwall time {report['wall_time_s']:.0f} s")
     print("\ntargets" + (" (quick run: small sizes, not the target configuration)" if report["quick"] else ""))
@@ -721,8 +862,10 @@ def print_report(report: dict) -> None:
         elif t["id"] == "engine_within_bound":
             extra = f"; above: {', '.join(t['failing'])}" if t["failing"] else ""
             extra += f"; not measured: {', '.join(t['not_measured'])}" if t["not_measured"] else ""
-            print(f"  {verdict}  {t['description']}: {t['within']} of {t['cases']} within "
-                  f"(bound: {', '.join(t['bound_source']) or 'none'}){extra}")
+            print(
+                f"  {verdict}  {t['description']}: {t['within']} of {t['cases']} within "
+                f"(bound: {', '.join(t['bound_source']) or 'none'}){extra}"
+            )
         else:
             print(f"  {verdict}  {t['description']}: {t['peak_bytes'] / MIB:.1f} MiB")
     if not report["quick"] and not any(t["id"] == "memory_engine" for t in report["targets"]):
@@ -732,19 +875,35 @@ def print_report(report: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes and few rounds (a smoke run)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                        help="auto: the CPU, plus CUDA when available (default); cuda: CUDA only, skipped if absent")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto: the CPU, plus CUDA when available (default); cuda: CUDA only, skipped if absent",
+    )
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per configuration (default 7; quick 3)")
-    parser.add_argument("--pause", type=float, default=None,
-                        help="seconds of idle before each timed call, so that one library's spinning "
-                             "worker threads do not slow the next call (default 0.5; quick 0.25)")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=None,
+        help="seconds of idle before each timed call, so that one library's spinning "
+        "worker threads do not slow the next call (default 0.5; quick 0.25)",
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
-    parser.add_argument("--only", default=None, metavar="REGEX",
-                        help="run only the configurations and memory cases whose names match (re.search)")
+    parser.add_argument(
+        "--only",
+        default=None,
+        metavar="REGEX",
+        help="run only the configurations and memory cases whose names match (re.search)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the order of calls within rounds")
-    parser.add_argument("--output", type=Path, default=None,
-                        help=f"JSON result file (default {DEFAULT_OUTPUT.relative_to(ROOT)}; "
-                             "--quick and --only runs write none unless given)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"JSON result file (default {DEFAULT_OUTPUT.relative_to(ROOT)}; "
+        "--quick and --only runs write none unless given)",
+    )
     args = parser.parse_args(argv)
 
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -127,8 +127,7 @@ def _run_facts() -> dict[str, Any]:
 
     def git(*args: str) -> str | None:
         try:
-            return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
-                                  check=True).stdout.strip()
+            return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             return None
 
@@ -138,8 +137,12 @@ def _run_facts() -> dict[str, Any]:
 
     from . import __version__
 
-    return {"commit": commit, "dirty": None if status is None else bool(status), "nwlib": __version__,
-            "torch": torch.__version__}
+    return {
+        "commit": commit,
+        "dirty": None if status is None else bool(status),
+        "nwlib": __version__,
+        "torch": torch.__version__,
+    }
 
 
 def _context() -> dict[str, Any]:
@@ -160,8 +163,16 @@ def _context() -> dict[str, Any]:
     return out
 
 
-def record(name: str, value: Any, *, cls: str, se: float | None = None, tol: float | None = None,
-           dtype: Any = None, device: Any = None) -> dict[str, Any] | None:
+def record(
+    name: str,
+    value: Any,
+    *,
+    cls: str,
+    se: float | None = None,
+    tol: float | None = None,
+    dtype: Any = None,
+    device: Any = None,
+) -> dict[str, Any] | None:
     """Append one manifest entry for a glued value; return it (None outside a book build).
 
     ``cls`` is the value's class (see :func:`nwlib.book.glue`): 'mc', 'exact', 'fp', 'info' or

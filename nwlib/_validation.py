@@ -24,9 +24,7 @@ def require_tensor(x: object, name: str, *, min_dim: int = 0, floating: bool = T
     if floating and not x.is_floating_point():
         raise TypeError(f"{name} must have a floating-point dtype, got {x.dtype}")
     if x.dim() < min_dim:
-        raise ValueError(
-            f"{name} must have at least {min_dim} dimension(s), got shape {tuple(x.shape)}"
-        )
+        raise ValueError(f"{name} must have at least {min_dim} dimension(s), got shape {tuple(x.shape)}")
     return x
 
 
@@ -35,13 +33,11 @@ def require_same_dtype_device(reference: Tensor, reference_name: str, **others: 
     for name, t in others.items():
         if t.device != reference.device:
             raise ValueError(
-                f"{name} is on {t.device} but {reference_name} is on {reference.device}; "
-                "move them to one device"
+                f"{name} is on {t.device} but {reference_name} is on {reference.device}; move them to one device"
             )
         if t.dtype != reference.dtype:
             raise TypeError(
-                f"{name} has dtype {t.dtype} but {reference_name} has {reference.dtype}; "
-                "cast them to one dtype"
+                f"{name} has dtype {t.dtype} but {reference_name} has {reference.dtype}; cast them to one dtype"
             )
 
 

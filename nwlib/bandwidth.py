@@ -78,9 +78,7 @@ def _check_keys_values(keys: object, values: object) -> tuple[Tensor, Tensor, bo
     """keys (..., n, d) with n >= 2 and values (..., n, p) or (..., n), as (..., n, p)."""
     keys = require_tensor(keys, "keys", min_dim=2)
     if keys.shape[-2] < 2:
-        raise ValueError(
-            f"keys must have at least 2 rows (n >= 2) to leave one out, got shape {tuple(keys.shape)}"
-        )
+        raise ValueError(f"keys must have at least 2 rows (n >= 2) to leave one out, got shape {tuple(keys.shape)}")
     if keys.shape[-1] < 1:
         raise ValueError(f"keys must have at least one feature (d >= 1), got shape {tuple(keys.shape)}")
     values, scalar = _check_values(keys, values)
@@ -349,18 +347,13 @@ def select_bandwidth(
         chunk = max(1, min(count, memory_budget // per_candidate))
         by_candidate = grid.movedim(-1, 0)  # (c, *batch): the candidates lead the batch
         scores = torch.cat(
-            [
-                _loo_scores(keys, values, by_candidate[start : start + chunk], kernel)
-                for start in range(0, count, chunk)
-            ]
+            [_loo_scores(keys, values, by_candidate[start : start + chunk], kernel) for start in range(0, count, chunk)]
         ).movedim(0, -1)
         best = scores.argmin(-1, keepdim=True)
         bandwidth = grid.gather(-1, best).squeeze(-1)
         score = scores.gather(-1, best).squeeze(-1)
         if refine_steps:
-            bandwidth, score = _golden_section(
-                keys, values, kernel, grid, best, bandwidth, score, refine_steps
-            )
+            bandwidth, score = _golden_section(keys, values, kernel, grid, best, bandwidth, score, refine_steps)
     return BandwidthSelection(bandwidth, score, grid, scores)
 
 

@@ -115,8 +115,16 @@ def _value_class(name: str, value: Any, *, se: Any, exact: bool | None, tol: Any
             given = float(given)
             if not math.isfinite(given) or given < 0:
                 raise ValueError(f"{arg} of {name!r} must be finite and non-negative, got {given}")
-    chosen = [c for c, on in (("mc", se is not None), ("exact", exact is True), ("fp", tol is not None),
-                              ("info", verify is False)) if on]
+    chosen = [
+        c
+        for c, on in (
+            ("mc", se is not None),
+            ("exact", exact is True),
+            ("fp", tol is not None),
+            ("info", verify is False),
+        )
+        if on
+    ]
     if len(chosen) > 1:
         raise TypeError(f"glue({name!r}): give one class of {_CLASSES}, got {' and '.join(chosen)}")
     kind = _provenance.kind_of(value)

@@ -374,9 +374,7 @@ def covariance_split(conditional_mean: Tensor, noise_cov: Tensor) -> CovarianceS
         raise ValueError(f"conditional_mean must have shape (G, H, m) with G >= 2, got {tuple(conditional_mean.shape)}")
     g, h, m = conditional_mean.shape
     if noise_cov.shape != (g, h, h, m):
-        raise ValueError(
-            f"noise_cov must have shape (G, H, H, m) = ({g}, {h}, {h}, {m}), got {tuple(noise_cov.shape)}"
-        )
+        raise ValueError(f"noise_cov must have shape (G, H, H, m) = ({g}, {h}, {h}, {m}), got {tuple(noise_cov.shape)}")
     centred = conditional_mean - conditional_mean.mean(0)
     design = torch.einsum("ghm,gkm->hkm", centred, centred) / (g - 1)
     return CovarianceSplit(noise=noise_cov.mean(0), design=design)

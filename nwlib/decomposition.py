@@ -172,10 +172,12 @@ class Decomposition:
             ens_var_pop = float(self.ensemble_variance.double().mean()) * k / r_count
             bias_pop = float(err.double().pow(2).mean())
             d_sq = d.pow(2).mean(dim=-1).double()  # (R,)
-            head_sq = torch.stack([
-                (p[:, h] - head_mean[h]).pow(2).mean(dim=-1).double() * alpha[h].double().pow(2)
-                for h in range(p.shape[1])
-            ]).sum(dim=0)  # (R,), one head at a time: no (R, H, m) copy
+            head_sq = torch.stack(
+                [
+                    (p[:, h] - head_mean[h]).pow(2).mean(dim=-1).double() * alpha[h].double().pow(2)
+                    for h in range(p.shape[1])
+                ]
+            ).sum(dim=0)  # (R,), one head at a time: no (R, H, m) copy
             cross = (d * err).mean(dim=-1).double()
             # Delete-one population terms (R - 1 replicates left) ...
             bias_pop_loo = bias_pop - 2.0 * cross / k + d_sq / k**2

@@ -347,8 +347,9 @@ def resampled_nw(
 def _fitted_forest(forest: object, name: str) -> Sequence[Any]:
     estimators = getattr(forest, "estimators_", None)
     if estimators is None or len(estimators) == 0:
-        raise TypeError(f"{name} must be a fitted forest with estimators_ (e.g. RandomForestRegressor), "
-                        f"got {type(forest).__name__}")
+        raise TypeError(
+            f"{name} must be a fitted forest with estimators_ (e.g. RandomForestRegressor), got {type(forest).__name__}"
+        )
     return estimators
 
 
@@ -358,8 +359,9 @@ def _eval_array(eval_points: object, forest: object, name: str) -> np.ndarray:
         raise ValueError(f"eval_points must have shape (m, D), got {tuple(eval_points.shape)}")
     features = getattr(forest, "n_features_in_", eval_points.shape[1])
     if eval_points.shape[1] != features:
-        raise ValueError(f"eval_points must have D = {name}.n_features_in_ = {features} columns, "
-                         f"got {tuple(eval_points.shape)}")
+        raise ValueError(
+            f"eval_points must have D = {name}.n_features_in_ = {features} columns, got {tuple(eval_points.shape)}"
+        )
     # Forests predict in float32 (sklearn's tree DTYPE); converting once here is what forest.predict does.
     return np.ascontiguousarray(eval_points.detach().cpu().numpy(), dtype=np.float32)
 
@@ -406,9 +408,9 @@ def forest_member_predictions(forests: Sequence[Any], eval_points: Tensor) -> Te
     if len(counts) != 1:
         raise ValueError(f"forests must all have the same number of trees, got {sorted(counts)}")
     points = _eval_array(eval_points, forests[0], "forests[0]")
-    out = np.stack([
-        np.stack([tree.predict(points, check_input=False) for tree in forest.estimators_]) for forest in forests
-    ])
+    out = np.stack(
+        [np.stack([tree.predict(points, check_input=False) for tree in forest.estimators_]) for forest in forests]
+    )
     return torch.as_tensor(out).to(dtype=eval_points.dtype, device=eval_points.device)
 
 

@@ -210,8 +210,9 @@ def _as_comparison(value: Any, name: str) -> Comparison:
         return value
     if isinstance(value, tuple) and len(value) == 2:
         return estimate(*value)
-    raise TypeError(f"{name} must be a Comparison (from paired or estimate) or an (estimate, se) pair, "
-                    f"got {type(value).__name__}")
+    raise TypeError(
+        f"{name} must be a Comparison (from paired or estimate) or an (estimate, se) pair, got {type(value).__name__}"
+    )
 
 
 @dataclass(frozen=True)
@@ -330,8 +331,15 @@ class Findings:
         self._read = False  # a decision was read: the family is closed
 
     # --- declaring findings ---
-    def _add(self, name: str, statement: str, tests: list[OneSided], profiles: Iterable[str] | None,
-             fact: bool | None = None, hypothesis: str = "") -> None:
+    def _add(
+        self,
+        name: str,
+        statement: str,
+        tests: list[OneSided],
+        profiles: Iterable[str] | None,
+        fact: bool | None = None,
+        hypothesis: str = "",
+    ) -> None:
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"name must be an identifier (it becomes a glue key), got {name!r}")
         if name in self._findings:
@@ -339,19 +347,22 @@ class Findings:
         if self._read:
             raise RuntimeError(
                 f"finding {name!r} declared after a decision of {self.family} was read: Holm decides the "
-                "whole family at once, so declare every finding before reading any decision")
+                "whole family at once, so declare every finding before reading any decision"
+            )
         if not isinstance(statement, str) or not statement.strip():
             raise TypeError("statement must be a non-empty string: the sentence the book states")
         profiles = PROFILES if profiles is None else tuple(profiles)
         unknown = [p for p in profiles if p not in PROFILES]
         if unknown or not profiles:
             raise ValueError(f"profiles must be a non-empty subset of {PROFILES}, got {profiles}")
-        self._findings[name] = Finding(name, statement.strip(), tuple(tests), self.profile in profiles,
-                                       profiles, fact=fact, hypothesis=hypothesis)
+        self._findings[name] = Finding(
+            name, statement.strip(), tuple(tests), self.profile in profiles, profiles, fact=fact, hypothesis=hypothesis
+        )
         self._decided = False
 
-    def greater(self, name: str, statement: str, comparisons: Any, *, than: float = 0.0,
-                profiles: Sequence[str] | None = None) -> None:
+    def greater(
+        self, name: str, statement: str, comparisons: Any, *, than: float = 0.0, profiles: Sequence[str] | None = None
+    ) -> None:
         """Declare "each estimate exceeds ``than``" (for a paired difference a − b: a > b).
 
         Parameters
@@ -367,18 +378,30 @@ class Findings:
             Where the finding is asserted (default: every profile).
         """
         bound, cs = _real(than, "than"), _tests(comparisons, "comparisons")
-        self._add(name, statement, [OneSided(c, "greater", bound) for c in cs], profiles,
-                  hypothesis="; ".join(f"{c} > {bound:g}" for c in cs))
+        self._add(
+            name,
+            statement,
+            [OneSided(c, "greater", bound) for c in cs],
+            profiles,
+            hypothesis="; ".join(f"{c} > {bound:g}" for c in cs),
+        )
 
-    def less(self, name: str, statement: str, comparisons: Any, *, than: float = 0.0,
-             profiles: Sequence[str] | None = None) -> None:
+    def less(
+        self, name: str, statement: str, comparisons: Any, *, than: float = 0.0, profiles: Sequence[str] | None = None
+    ) -> None:
         """Declare "each estimate is below ``than``" (for a paired difference a − b: a < b)."""
         bound, cs = _real(than, "than"), _tests(comparisons, "comparisons")
-        self._add(name, statement, [OneSided(c, "less", bound) for c in cs], profiles,
-                  hypothesis="; ".join(f"{c} < {bound:g}" for c in cs))
+        self._add(
+            name,
+            statement,
+            [OneSided(c, "less", bound) for c in cs],
+            profiles,
+            hypothesis="; ".join(f"{c} < {bound:g}" for c in cs),
+        )
 
-    def at_most(self, name: str, statement: str, comparisons: Any, *, margin: float,
-                profiles: Sequence[str] | None = None) -> None:
+    def at_most(
+        self, name: str, statement: str, comparisons: Any, *, margin: float, profiles: Sequence[str] | None = None
+    ) -> None:
         """Declare "no estimate exceeds ``margin``" (no significant increase): one-sided equivalence.
 
         Holds when every estimate is significantly below ``margin > 0``, so it cannot pass on
@@ -388,11 +411,24 @@ class Findings:
         if margin <= 0:
             raise ValueError(f"margin must be positive, got {margin}")
         cs = _tests(comparisons, "comparisons")
-        self._add(name, statement, [OneSided(c, "less", margin) for c in cs], profiles,
-                  hypothesis="; ".join(f"{c} < {margin:g} (margin)" for c in cs))
+        self._add(
+            name,
+            statement,
+            [OneSided(c, "less", margin) for c in cs],
+            profiles,
+            hypothesis="; ".join(f"{c} < {margin:g} (margin)" for c in cs),
+        )
 
-    def within(self, name: str, statement: str, comparisons: Any, *, margin: float, center: float = 0.0,
-               profiles: Sequence[str] | None = None) -> None:
+    def within(
+        self,
+        name: str,
+        statement: str,
+        comparisons: Any,
+        *,
+        margin: float,
+        center: float = 0.0,
+        profiles: Sequence[str] | None = None,
+    ) -> None:
         """Declare "each estimate lies within ``center ± margin``": an equivalence test (TOST).
 
         Parameters
@@ -408,8 +444,9 @@ class Findings:
         tests, cs = [], _tests(comparisons, "comparisons")
         for c in cs:
             tests += [OneSided(c, "greater", center - margin), OneSided(c, "less", center + margin)]
-        self._add(name, statement, tests, profiles,
-                  hypothesis="; ".join(f"{c} within {center:g} ± {margin:g}" for c in cs))
+        self._add(
+            name, statement, tests, profiles, hypothesis="; ".join(f"{c} within {center:g} ± {margin:g}" for c in cs)
+        )
 
     def fact(self, name: str, statement: str, holds: bool, *, profiles: Sequence[str] | None = None) -> None:
         """Declare a statement that is exact or deterministic given the code (no test, no power)."""
@@ -434,8 +471,9 @@ class Findings:
             for t in f.tests:
                 d = t.distance
                 powers.append(1.0 if d == math.inf else 0.0 if d == -math.inf else _N.cdf(d - z_level))
-                factors.append(1.0 if d == math.inf else math.inf if d <= 0 else
-                               max(1.0, ((z_level + z_power) / d) ** 2))
+                factors.append(
+                    1.0 if d == math.inf else math.inf if d <= 0 else max(1.0, ((z_level + z_power) / d) ** 2)
+                )
             f.power = math.prod(powers)
             f.size_factor = max(factors)
         for f in self._findings.values():
@@ -472,8 +510,9 @@ class Findings:
         bad = self.failed()
         if bad:
             lines = "\n".join(f"  {f.name}: {f.statement} [{f.statistic}, Holm p = {f.p_adjusted:.3g}]" for f in bad)
-            raise AssertionError(f"{len(bad)} finding(s) of {self.family} do not hold under profile "
-                                 f"{self.profile!r}:\n{lines}")
+            raise AssertionError(
+                f"{len(bad)} finding(s) of {self.family} do not hold under profile {self.profile!r}:\n{lines}"
+            )
 
     def table(self) -> Any:
         """The findings as a pandas DataFrame (finding, statistic, Holm p, power, decision)."""
@@ -482,10 +521,16 @@ class Findings:
         def p_text(p: float) -> str:
             return "< 0.0001" if p < 1e-4 else f"{p:.2g}"
 
-        rows = [{"statistic": f.statistic,
-                 "Holm p": p_text(f.p_adjusted) if not f.is_fact else "—",
-                 "power": f"{f.power:.3f}" if not f.is_fact else "—",
-                 "asserted in": ", ".join(f.profiles), "decision": f.decision} for f in self]
+        rows = [
+            {
+                "statistic": f.statistic,
+                "Holm p": p_text(f.p_adjusted) if not f.is_fact else "—",
+                "power": f"{f.power:.3f}" if not f.is_fact else "—",
+                "asserted in": ", ".join(f.profiles),
+                "decision": f.decision,
+            }
+            for f in self
+        ]
         # The statement is the row's label: the reader's column; the finding's name is the notebook's.
         return pd.DataFrame(rows, index=pd.Index([f.statement for f in self], name="finding"))
 
@@ -537,8 +582,12 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return out
 
 
-def significant(comparisons: Sequence[Comparison], *, alpha: float = ALPHA,
-                alternative: Literal["two-sided", "greater", "less"] = "two-sided") -> list[bool]:
+def significant(
+    comparisons: Sequence[Comparison],
+    *,
+    alpha: float = ALPHA,
+    alternative: Literal["two-sided", "greater", "less"] = "two-sided",
+) -> list[bool]:
     """Which of a table's comparisons differ from 0, Holm within the table at ``alpha``.
 
     For descriptive tables (which steps of a path move the MSE); the book's sentences are
@@ -608,4 +657,3 @@ def fp_tolerance(dtype: Any = "float64", *, scale: float = 1.0, condition: float
     if condition < 1:
         raise ValueError(f"condition must be >= 1, got {condition}")
     return 2.0**10 * _EPS[name] * condition * max(scale, 1e-300)
-

@@ -84,15 +84,12 @@ def _check_values(keys: Tensor, values: object) -> tuple[Tensor, bool]:
         values = values.unsqueeze(-1)
     if values.shape[-2] != keys.shape[-2]:
         raise ValueError(
-            "values must have as many rows as keys (n): "
-            f"keys {tuple(keys.shape)}, values {tuple(values.shape)}"
+            f"values must have as many rows as keys (n): keys {tuple(keys.shape)}, values {tuple(values.shape)}"
         )
     return values, scalar
 
 
-def _bandwidth(
-    bandwidth: object, kernel: str, dim: int, reference: Tensor
-) -> float | Tensor:
+def _bandwidth(bandwidth: object, kernel: str, dim: int, reference: Tensor) -> float | Tensor:
     """Return h as a float, or as a tensor of shape (*batch, 1, 1) ready to broadcast.
 
     Every tensor, 0-dim ones included, stays a tensor, so that gradients with respect

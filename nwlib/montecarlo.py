@@ -263,9 +263,7 @@ def _check_projections(name: str, w: object, reference: Tensor, dim: int) -> Ten
     if w.shape[0] < 1 or w.shape[2] < 1:
         raise ValueError(f"{name} must have H >= 1 and d_k >= 1, got shape {tuple(w.shape)}")
     if w.shape[1] != dim:
-        raise ValueError(
-            f"{name} must have D = task.embed_dim = {dim} rows per head, got shape {tuple(w.shape)}"
-        )
+        raise ValueError(f"{name} must have D = task.embed_dim = {dim} rows per head, got shape {tuple(w.shape)}")
     if not bool(torch.isfinite(w).all()):  # once per call, before any work
         raise ValueError(f"{name} must be finite")
     return w
@@ -309,8 +307,7 @@ def _validated(
         w_q = _check_projections("query_projections", query_projections, eval_points, task.embed_dim)
         if w_q.shape != w_k.shape:
             raise ValueError(
-                "query_projections must have the shape of key_projections: "
-                f"{tuple(w_q.shape)} vs {tuple(w_k.shape)}"
+                f"query_projections must have the shape of key_projections: {tuple(w_q.shape)} vs {tuple(w_k.shape)}"
             )
     w_v = None
     if value_projections is not None:
@@ -329,9 +326,7 @@ def _validated(
     return _Inputs(task, w_k, w_q, w_v, eval_points, n, replicates)
 
 
-def _head_bandwidths(
-    bandwidth: object, kernel: str, w_k: Tensor, n: int, reference: Tensor
-) -> float | Tensor | None:
+def _head_bandwidths(bandwidth: object, kernel: str, w_k: Tensor, n: int, reference: Tensor) -> float | Tensor | None:
     """The bandwidth passed to the kernel: a float, a 0-dim tensor or one per head, shape (H,)."""
     heads = w_k.shape[0]
     if bandwidth is None:
@@ -341,8 +336,7 @@ def _head_bandwidths(
         require_same_dtype_device(reference, "eval_points", bandwidth=bandwidth)
         if bandwidth.dim() != 0 and bandwidth.shape != (heads,):
             raise ValueError(
-                f"bandwidth must be a float or a tensor of shape (H,) = ({heads},), "
-                f"got shape {tuple(bandwidth.shape)}"
+                f"bandwidth must be a float or a tensor of shape (H,) = ({heads},), got shape {tuple(bandwidth.shape)}"
             )
         return bandwidth
     return require_positive_finite(bandwidth, "bandwidth")
@@ -403,9 +397,7 @@ class _DataBlocks:
         return x, y
 
 
-def _head_inputs(
-    x: Tensor, y: Tensor, w_k: Tensor, w_v: Tensor | None, head_data: str
-) -> tuple[Tensor, Tensor]:
+def _head_inputs(x: Tensor, y: Tensor, w_k: Tensor, w_v: Tensor | None, head_data: str) -> tuple[Tensor, Tensor]:
     """Keys (c, H, n, d_k) and values broadcastable to (c, H, n) for one chunk of training sets."""
     heads, dim, d_k = w_k.shape
     if head_data == "shared":
@@ -546,8 +538,16 @@ def simulate(
     torch.Size([10, 3, 5])
     """
     task, w_k, w_q, w_v, eval_points, n, replicates = _validated(
-        task, key_projections, eval_points, query_projections, value_projections, n, replicates, generator,
-        kernel, head_data,
+        task,
+        key_projections,
+        eval_points,
+        query_projections,
+        value_projections,
+        n,
+        replicates,
+        generator,
+        kernel,
+        head_data,
     )
     bw = _head_bandwidths(bandwidth, kernel, w_k, n, eval_points)
     heads, dim, d_k = w_k.shape
@@ -557,8 +557,18 @@ def simulate(
         raise ValueError(f"memory_budget must be a positive int (bytes), got {memory_budget!r}")
     if chunk_size is None:
         chunk_size = _largest_chunk(
-            memory_budget, num_heads=heads, n=n, m=m, embed_dim=dim, head_dim=d_k, replicates=replicates,
-            head_data=head_data, kernel=kernel, head_values=w_v is not None, dtype=dtype, device=device,
+            memory_budget,
+            num_heads=heads,
+            n=n,
+            m=m,
+            embed_dim=dim,
+            head_dim=d_k,
+            replicates=replicates,
+            head_data=head_data,
+            kernel=kernel,
+            head_values=w_v is not None,
+            dtype=dtype,
+            device=device,
         )
     else:
         chunk_size = require_positive_int(chunk_size, "chunk_size")

@@ -68,9 +68,7 @@ class MultiHeadNW(nn.Module):
         require_positive_int(embed_dim, "embed_dim")
         require_positive_int(num_heads, "num_heads")
         if embed_dim % num_heads:
-            raise ValueError(
-                f"num_heads must divide embed_dim: embed_dim={embed_dim}, num_heads={num_heads}"
-            )
+            raise ValueError(f"num_heads must divide embed_dim: embed_dim={embed_dim}, num_heads={num_heads}")
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads

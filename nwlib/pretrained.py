@@ -590,8 +590,10 @@ class NWBertEncoder(nn.Module):
     def embed(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
         """The embedding layer's output (N, T, D): LayerNorm of word + position + token-type embeddings."""
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(
-            token_type_ids
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(positions)
+            + self.token_type_embeddings(token_type_ids)
         )
         return self.embedding_norm(x)
 

@@ -452,10 +452,22 @@ def head_count_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
     f_eval = task.f(z_eval)
     seed_fit, seed_eval = torch.randint(0, 2**62, (2,), generator=gen, device=dev).tolist()
 
-    out: dict[str, Any] = {k: [] for k in (
-        "head_dims", "num_heads", "mse_uniform", "mse_fitted", "weights_fitted", "mean_correlation",
-        "bias_sq_uniform", "bias_sq_fitted", "variance_fitted", "floor_sum", "floor_mean",
-    )}
+    out: dict[str, Any] = {
+        k: []
+        for k in (
+            "head_dims",
+            "num_heads",
+            "mse_uniform",
+            "mse_fitted",
+            "weights_fitted",
+            "mean_correlation",
+            "bias_sq_uniform",
+            "bias_sq_fitted",
+            "variance_fitted",
+            "floor_sum",
+            "floor_mean",
+        )
+    }
     for k in divisor_head_dims(dim):
         w_k = block_projections(k, dim, dtype=dtype, device=dev)
         heads = w_k.shape[0]
@@ -464,10 +476,24 @@ def head_count_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
             values = torch.zeros(heads, dim + 1, dtype=dtype, device=dev)
             values[:, -1] = 1.0
             extra.update(query_projections=math.sqrt(k) * w_k, value_projections=values)
-        fit = simulate(task, w_k, z_fit, n=n, replicates=reps_fit,
-                       generator=torch.Generator(device=dev).manual_seed(seed_fit), **extra)
-        pred = simulate(task, w_k, z_eval, n=n, replicates=reps,
-                        generator=torch.Generator(device=dev).manual_seed(seed_eval), **extra)
+        fit = simulate(
+            task,
+            w_k,
+            z_fit,
+            n=n,
+            replicates=reps_fit,
+            generator=torch.Generator(device=dev).manual_seed(seed_fit),
+            **extra,
+        )
+        pred = simulate(
+            task,
+            w_k,
+            z_eval,
+            n=n,
+            replicates=reps,
+            generator=torch.Generator(device=dev).manual_seed(seed_eval),
+            **extra,
+        )
         w_fit = least_squares_weights(fit, y_fit)
         w_unif = uniform_weights(heads, dtype=dtype, device=dev)
         dec_u = decompose(pred, f_eval, w_unif).integrated()

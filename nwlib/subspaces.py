@@ -170,8 +170,7 @@ def principal_angles(A: Tensor, B: Tensor) -> Tensor:
     require_same_dtype_device(A, "A", B=B)
     if A.shape[-2] != B.shape[-2]:
         raise ValueError(
-            "B must have the same ambient dimension D (number of rows) as A: "
-            f"A {tuple(A.shape)}, B {tuple(B.shape)}"
+            f"B must have the same ambient dimension D (number of rows) as A: A {tuple(A.shape)}, B {tuple(B.shape)}"
         )
     batch = broadcast_batch({"A": A.shape[:-2], "B": B.shape[:-2]})
     QA, QB = orthonormal_basis(A, name="A"), orthonormal_basis(B, name="B")
@@ -315,9 +314,7 @@ def hdi(projections: Tensor | Sequence[Tensor], *, normalization: Normalization 
     if H < 2:
         raise ValueError(f"projections must hold at least two heads (H >= 2), got H={H}")
     if d_k == 0 or d_k > D:
-        raise ValueError(
-            f"projections must have 1 <= d_k <= D (columns no more than rows), got D={D}, d_k={d_k}"
-        )
+        raise ValueError(f"projections must have 1 <= d_k <= D (columns no more than rows), got D={D}, d_k={d_k}")
     if normalization == "paper":
         X, scale = P, d_k * d_k
     else:

@@ -253,9 +253,10 @@ def open_executor(spec: str | cf.Executor = "serial") -> Iterator[cf.Executor]:
 
         if rest == "local" or rest.startswith("local:"):
             count = _worker_count(rest[len("local:") :], spec) if rest != "local" else None
-            with LocalCluster(n_workers=count, threads_per_worker=1, processes=True) as cluster, Client(
-                cluster
-            ) as client:
+            with (
+                LocalCluster(n_workers=count, threads_per_worker=1, processes=True) as cluster,
+                Client(cluster) as client,
+            ):
                 yield client.get_executor()
         else:
             with Client(rest) as client:
@@ -391,9 +392,10 @@ def run_sweep(
 
     from tqdm import tqdm  # plain text bar: tqdm.auto warns in notebooks without ipywidgets
 
-    with open_executor(executor) as ex, tqdm(
-        total=len(keys), initial=len(keys) - len(todo), disable=not progress, desc=desc, unit="pt"
-    ) as bar:
+    with (
+        open_executor(executor) as ex,
+        tqdm(total=len(keys), initial=len(keys) - len(todo), disable=not progress, desc=desc, unit="pt") as bar,
+    ):
         # A serial executor computes at submission: submit one point at a time so that each
         # is recorded before the next starts. Pools get every point at once.
         window = 1 if isinstance(ex, SerialExecutor) else max(len(todo), 1)

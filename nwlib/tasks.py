@@ -111,8 +111,7 @@ class RegressionTask:
         require_tensor(x, "x", min_dim=1)
         if x.shape[-1] != self.embed_dim:
             raise ValueError(
-                f"x must have last dimension D = {self.embed_dim} for task {self.name!r}, "
-                f"got shape {tuple(x.shape)}"
+                f"x must have last dimension D = {self.embed_dim} for task {self.name!r}, got shape {tuple(x.shape)}"
             )
         return self._fn(x)
 

@@ -455,8 +455,9 @@ def train_regressor(
         task.embed_dim, H, generator=torch.Generator(device=device).manual_seed(seed), dtype=dtype
     )
     g_train = torch.Generator(device=device).manual_seed(seed + 1)
-    test = task.sample(test_prompts, context, queries, generator=torch.Generator(device=device).manual_seed(seed + 2),
-                       dtype=dtype)
+    test = task.sample(
+        test_prompts, context, queries, generator=torch.Generator(device=device).manual_seed(seed + 2), dtype=dtype
+    )
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     history = TrainingHistory()
     running: list[float] = []

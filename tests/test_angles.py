@@ -26,8 +26,9 @@ def explicit_mass(W: torch.Tensor, u: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("angles,shared", [((0.3, 1.1), 1), ((0.2, 0.7, 1.4), 0), ((math.pi / 2, 0.5), 2)])
 def test_multiangle_pairs_have_the_prescribed_angles(device, dtype, tol, angles, shared):
-    Q = multiangle_heads(angles, num_heads=3, embed_dim=shared + 4 * len(angles) + 1, shared_dim=shared,
-                         dtype=dtype, device=device)
+    Q = multiangle_heads(
+        angles, num_heads=3, embed_dim=shared + 4 * len(angles) + 1, shared_dim=shared, dtype=dtype, device=device
+    )
     k = shared + len(angles)
     assert Q.shape == (3, shared + 4 * len(angles) + 1, k) and Q.dtype == dtype and Q.device.type == device.type
     eye = torch.eye(k, dtype=dtype, device=device)
@@ -46,8 +47,7 @@ def test_multiangle_pairs_have_the_prescribed_angles(device, dtype, tol, angles,
 def test_multiangle_with_equal_angles_is_equiangular(device, dtype):
     for theta in (0.0, 0.4, math.pi / 2):
         Q = multiangle_heads([theta] * 2, num_heads=4, embed_dim=16, shared_dim=1, dtype=dtype, device=device)
-        ref = equiangular_heads(theta, num_heads=4, head_dim=3, embed_dim=16, shared_dim=1, dtype=dtype,
-                                device=device)
+        ref = equiangular_heads(theta, num_heads=4, head_dim=3, embed_dim=16, shared_dim=1, dtype=dtype, device=device)
         torch.testing.assert_close(Q, ref, rtol=0, atol=4 * torch.finfo(dtype).eps)
 
 
@@ -71,16 +71,19 @@ def test_multiangle_bad_inputs(kwargs, error, match):
 # --- orthogonal_heads and signal_mass -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("masses", [(1.0, 0.0, 0.0, 0.0), (0.25, 0.25, 0.25, 0.25), (0.5, 0.5, 0.0, 0.0),
-                                    (0.0, 0.0, 0.0, 0.0), (0.1, 0.6, 0.2, 0.0)])
+@pytest.mark.parametrize(
+    "masses",
+    [(1.0, 0.0, 0.0, 0.0), (0.25, 0.25, 0.25, 0.25), (0.5, 0.5, 0.0, 0.0), (0.0, 0.0, 0.0, 0.0), (0.1, 0.6, 0.2, 0.0)],
+)
 def test_orthogonal_heads_are_orthogonal_with_the_prescribed_masses(device, dtype, tol, masses):
     Q = orthogonal_heads(masses, head_dim=3, embed_dim=16, dtype=dtype, device=device)
     assert Q.shape == (4, 16, 3) and Q.dtype == dtype
     gram = torch.einsum("hdi,gdj->hgij", Q, Q)
     for h in range(4):
         for g in range(4):
-            expected = torch.eye(3, dtype=dtype, device=device) if h == g else torch.zeros(3, 3, dtype=dtype,
-                                                                                            device=device)
+            expected = (
+                torch.eye(3, dtype=dtype, device=device) if h == g else torch.zeros(3, 3, dtype=dtype, device=device)
+            )
             torch.testing.assert_close(gram[h, g], expected, **tol)
     e1 = torch.zeros(16, dtype=torch.float64)
     e1[0] = 1.0
@@ -113,8 +116,9 @@ def test_signal_mass_matches_the_explicit_projector_for_any_basis_and_scale(devi
     ref = torch.tensor([[explicit_mass(W[a, h], u) for h in range(3)] for a in range(2)], dtype=dtype)
     torch.testing.assert_close(out.cpu(), ref, **tol)
     # a change of basis and scale within each head leaves the share unchanged
-    B = torch.randn(2, 2, generator=generator, device=device, dtype=torch.float64) + 3 * torch.eye(2, device=device,
-                                                                                                  dtype=torch.float64)
+    B = torch.randn(2, 2, generator=generator, device=device, dtype=torch.float64) + 3 * torch.eye(
+        2, device=device, dtype=torch.float64
+    )
     torch.testing.assert_close(signal_mass((5.0 * W @ B).to(dtype), u.to(dtype)), out, **tol)
 
 

@@ -134,8 +134,12 @@ def _tiny(methods, **kw):
 @pytest.mark.parametrize("kernel", ["exp", "gaussian"])
 def test_harness_records_agreement_ratios_and_roofline(kernel):
     extra = ["sdpa_unpadded"] if kernel == "exp" else []
-    cfg = _tiny(["materialised", "numpy_loop", *extra, "gemm", "exp"], control=True, kernel=kernel,
-                bandwidth=0.9 if kernel == "gaussian" else None)
+    cfg = _tiny(
+        ["materialised", "numpy_loop", *extra, "gemm", "exp"],
+        control=True,
+        kernel=kernel,
+        bandwidth=0.9 if kernel == "gaussian" else None,
+    )
     run.run_config(cfg, rounds=2, rng=random.Random(0))
     methods, r = cfg.results["methods"], cfg.results
     assert len(r["control"]["samples_s"]) == 2  # the control is a participant of every round
@@ -157,7 +161,9 @@ def test_harness_records_agreement_ratios_and_roofline(kernel):
 
 def test_harness_refuses_a_wrong_reference(monkeypatch):
     # An implementation that computes something else must not produce a speed-up.
-    monkeypatch.setattr(run, "materialised_softmax", lambda q, k, v, scale: references.materialised_softmax(q, k, v, 2 * scale))
+    monkeypatch.setattr(
+        run, "materialised_softmax", lambda q, k, v, scale: references.materialised_softmax(q, k, v, 2 * scale)
+    )
     with pytest.raises(RuntimeError, match="materialised differs"):
         run.run_config(_tiny(["materialised"]), rounds=1, rng=random.Random(0))
 
@@ -228,7 +234,8 @@ def test_quick_run_records_the_machine_and_the_new_timings(quick_report):
     engine = configs["cpu-engine-gaussian-H8"]
     assert engine["H"] == 8 and engine["results"]["replicates_per_s"] > 0
     assert engine["results"]["replicates_per_s"] == pytest.approx(
-        engine["R"] / engine["results"]["methods"]["simulate"]["median_s"])
+        engine["R"] / engine["results"]["methods"]["simulate"]["median_s"]
+    )
 
 
 def test_quick_run_checks_its_memory_probe(quick_report):

@@ -55,7 +55,9 @@ def fixture_book(tmp_path_factory) -> Path:
             "x = sp.Symbol('x'); glue_math('equation', sp.Eq(sp.Function('f')(x), sp.sqrt(x) / 2))"
         ),
     ]
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(src / "notebooks")}}).execute()
+    NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(src / "notebooks")}}
+    ).execute()
     nbformat.write(nb, src / "notebooks" / "source.ipynb")
     out = src.parent
     subprocess.run(

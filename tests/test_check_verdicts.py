@@ -23,8 +23,14 @@ def _glue_output(name: str, value: str) -> dict:
 def _write(tmp: Path, labels: dict[str, str], ledger: dict[str, str]) -> tuple[Path, Path]:
     folder = tmp / "notebooks"
     folder.mkdir()
-    cells = [{"cell_type": "code", "source": "", "metadata": {}, "outputs": [_glue_output(f"verdict_{c}_short", v)
-                                                                         for c, v in labels.items()]}]
+    cells = [
+        {
+            "cell_type": "code",
+            "source": "",
+            "metadata": {},
+            "outputs": [_glue_output(f"verdict_{c}_short", v) for c, v in labels.items()],
+        }
+    ]
     (folder / "ch99.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     ledger_path = tmp / "verdicts.yaml"
     ledger_path.write_text("".join(f"{c}: {v}\n" for c, v in ledger.items()))
@@ -32,20 +38,25 @@ def _write(tmp: Path, labels: dict[str, str], ledger: dict[str, str]) -> tuple[P
 
 
 def _run(folder: Path, ledger: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), str(folder), "--ledger", str(ledger)],
-                          capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(folder), "--ledger", str(ledger)], capture_output=True, text=True, cwd=ROOT
+    )
 
 
 def test_agreeing_labels_pass(tmp_path):
-    folder, ledger = _write(tmp_path, {"C1": "reproduced", "C6": "not reproduced as stated"},
-                            {"C1": "reproduced", "C6": "not reproduced as stated"})
+    folder, ledger = _write(
+        tmp_path,
+        {"C1": "reproduced", "C6": "not reproduced as stated"},
+        {"C1": "reproduced", "C6": "not reproduced as stated"},
+    )
     proc = _run(folder, ledger)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_a_moved_label_fails_naming_the_claim(tmp_path):
-    folder, ledger = _write(tmp_path, {"C1": "reproduced", "C6": "reproduced"},
-                            {"C1": "reproduced", "C6": "not reproduced as stated"})
+    folder, ledger = _write(
+        tmp_path, {"C1": "reproduced", "C6": "reproduced"}, {"C1": "reproduced", "C6": "not reproduced as stated"}
+    )
     proc = _run(folder, ledger)
     assert proc.returncode == 1
     line = next(line for line in proc.stdout.splitlines() if line.split()[0] == "C6")

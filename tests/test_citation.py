@@ -30,8 +30,9 @@ def _cffconvert() -> str:
 
 
 def test_citation_file_is_valid_cff():
-    proc = subprocess.run([_cffconvert(), "--validate", "-i", str(ROOT / "CITATION.cff")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [_cffconvert(), "--validate", "-i", str(ROOT / "CITATION.cff")], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -59,6 +60,8 @@ def test_repository_url_has_one_value():
         first = json.loads(path.read_text())["cells"]
         code = next(c for c in first if c["cell_type"] == "code")
         source = "".join(code["source"])
-        assert 'find_spec("nwlib")' in source and "pip" in source, f"{path.name}: first code cell is not the install cell"
+        assert 'find_spec("nwlib")' in source and "pip" in source, (
+            f"{path.name}: first code cell is not the install cell"
+        )
         urls = re.findall(r"git\+(https://[^\"'\s@]+)", source)
         assert urls == [url], f"{path.name}: install cell points at {urls}, _config.yml at {url}"

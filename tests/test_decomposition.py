@@ -80,9 +80,7 @@ def test_identity_to_rounding(dtype, device):
         scale = dec.mse.abs().max()
         assert (dec.mse - (dec.bias_sq + dec.variance + dec.covariance)).abs().max() <= 50 * eps * scale
         integ = dec.integrated()
-        assert math.isclose(
-            integ.mse, integ.bias_sq + integ.variance + integ.covariance, rel_tol=100 * eps
-        )
+        assert math.isclose(integ.mse, integ.bias_sq + integ.variance + integ.covariance, rel_tol=100 * eps)
 
 
 def test_single_head_is_bias_plus_variance(dtype, device, tol):

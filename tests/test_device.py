@@ -5,8 +5,10 @@ from nwlib import resolve_device
 
 
 def test_auto_prefers_cuda_then_mps_then_cpu():
-    expected = "cuda" if torch.cuda.is_available() else (
-        "mps" if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available() else "cpu"
+    expected = (
+        "cuda"
+        if torch.cuda.is_available()
+        else ("mps" if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available() else "cpu")
     )
     assert resolve_device("auto").type == expected
 

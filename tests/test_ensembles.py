@@ -39,8 +39,12 @@ def test_draw_training_sets_are_simulates(dtype, device):
     rtol = 1e-5 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(mine, sim[:, 0], rtol=rtol, atol=rtol)
     # Another seed gives other data, so the agreement above is not a coincidence.
-    other = nadaraya_watson(z, *draw_training_sets(task, N, R, generator=torch.Generator(device).manual_seed(4),
-                                                   dtype=dtype), kernel="gaussian", bandwidth=h)
+    other = nadaraya_watson(
+        z,
+        *draw_training_sets(task, N, R, generator=torch.Generator(device).manual_seed(4), dtype=dtype),
+        kernel="gaussian",
+        bandwidth=h,
+    )
     assert (other - sim[:, 0]).abs().max() > 0.1
 
 
@@ -180,8 +184,14 @@ def _forests(bootstrap=True, max_samples=None, count=3, trees=6):
     X = rng.normal(size=(60, 3))
     y = np.sin(2 * X[:, 0]) + 0.3 * rng.normal(size=60)
     forests = [
-        ensemble.RandomForestRegressor(n_estimators=trees, max_features=2, min_samples_leaf=3, bootstrap=bootstrap,
-                                       max_samples=max_samples, random_state=s).fit(X, y)
+        ensemble.RandomForestRegressor(
+            n_estimators=trees,
+            max_features=2,
+            min_samples_leaf=3,
+            bootstrap=bootstrap,
+            max_samples=max_samples,
+            random_state=s,
+        ).fit(X, y)
         for s in range(count)
     ]
     return forests, X, y
@@ -197,8 +207,9 @@ def test_forest_member_predictions_average_to_the_forest(dtype):
         expected = torch.as_tensor(forest.predict(z.numpy()), dtype=torch.float64)
         torch.testing.assert_close(out[r].double().mean(0), expected, rtol=1e-6, atol=1e-6)
         for b, tree in enumerate(forest.estimators_):  # member b is tree b
-            torch.testing.assert_close(out[r, b].double(), torch.as_tensor(tree.predict(z.numpy().astype(np.float32))),
-                                       rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(
+                out[r, b].double(), torch.as_tensor(tree.predict(z.numpy().astype(np.float32))), rtol=1e-6, atol=1e-6
+            )
     # Different forests (seeds) give different members.
     assert float((out[0] - out[1]).abs().max()) > 1e-3
 
@@ -276,19 +287,25 @@ def test_equicorrelation_jackknife_against_brute_force():
         v, c = d.mean_head_variance, d.mean_head_covariance
         return np.array([v, c, c / v, d.variance + d.covariance, c + (v - c) / 7])
 
-    loo = np.stack([stats(torch.cat([p[:r], p[r + 1:]])) for r in range(9)])
+    loo = np.stack([stats(torch.cat([p[:r], p[r + 1 :]])) for r in range(9)])
     np.testing.assert_allclose(fit.leave_one_out.numpy(), loo[:, :2], rtol=1e-10)
     se = np.sqrt(8 / 9 * ((loo - loo.mean(0)) ** 2).sum(0))
-    got = [fit.mean_variance_se, fit.mean_covariance_se, fit.rho_se, fit.ensemble_variance_se,
-           fit.predicted_variance_se(7)]
+    got = [
+        fit.mean_variance_se,
+        fit.mean_covariance_se,
+        fit.rho_se,
+        fit.ensemble_variance_se,
+        fit.predicted_variance_se(7),
+    ]
     np.testing.assert_allclose(got, se, rtol=1e-9)
 
 
 def test_equicorrelation_recovers_a_known_law():
     # sigma^2 = 1 + 1 = 2, rho = 1/2: Var of the mean of 8 members = 2 (1/2 + 1/16) = 1.125.
     g = torch.Generator().manual_seed(11)
-    p = torch.randn(3000, 1, 5, generator=g, dtype=torch.float64) + torch.randn(3000, 8, 5, generator=g,
-                                                                                dtype=torch.float64)
+    p = torch.randn(3000, 1, 5, generator=g, dtype=torch.float64) + torch.randn(
+        3000, 8, 5, generator=g, dtype=torch.float64
+    )
     fit = equicorrelation(p)
     assert isinstance(fit, Equicorrelation) and fit.num_members == 8 and fit.replicates == 3000
     assert abs(fit.mean_variance - 2.0) < 4 * fit.mean_variance_se

@@ -137,7 +137,14 @@ def test_a_finding_is_asserted_only_under_its_profiles():
         (lambda f: f.within("x", "s", estimate(1, 1), margin=0), ValueError),
         (lambda f: f.at_most("x", "s", estimate(1, 1), margin=-1), ValueError),
         (lambda f: f.greater("x", "s", 1.0), TypeError),
-        (lambda f: f.greater("x", "s", [],), ValueError),
+        (
+            lambda f: f.greater(
+                "x",
+                "s",
+                [],
+            ),
+            ValueError,
+        ),
         (lambda f: f.greater("x", "s", estimate(1, 1), profiles=("fast",)), ValueError),
         (lambda f: f.fact("x", "s", 1), TypeError),
     ],

@@ -123,7 +123,7 @@ def test_float32_finite_for_small_bandwidth_and_far_queries(device, generator, b
     ref = nadaraya_watson(q, k, v, kernel="gaussian", bandwidth=bandwidth)
     assert torch.isfinite(ref).all()
     # The naive exp-then-normalise route underflows to 0/0 here; ours must not.
-    naive = torch.exp(-torch.cdist(q.float(), k.float()) ** 2 / (2 * bandwidth**2))
+    naive = torch.exp(-(torch.cdist(q.float(), k.float()) ** 2) / (2 * bandwidth**2))
     assert torch.isnan(naive @ v.float() / naive.sum(-1)).any()
     out = nadaraya_watson(q.float(), k.float(), v.float(), kernel="gaussian", bandwidth=bandwidth)
     assert torch.isfinite(out).all()
@@ -186,7 +186,11 @@ def test_invariants_weights_sum_to_one_and_permutation(n, m, d, h, kernel, seed)
         (lambda q, k, v: nadaraya_watson(q, k, v, bandwidth=float("nan")), ValueError, "bandwidth"),
         (lambda q, k, v: nadaraya_watson(q, k, v, bandwidth="1"), TypeError, "bandwidth"),
         (lambda q, k, v: nadaraya_watson(q, k, v, bandwidth=torch.tensor([1.0, -1.0])), ValueError, "bandwidth"),
-        (lambda q, k, v: nadaraya_watson(q[None].expand(3, -1, -1), k[None].expand(2, -1, -1), v[None]), ValueError, "batch"),
+        (
+            lambda q, k, v: nadaraya_watson(q[None].expand(3, -1, -1), k[None].expand(2, -1, -1), v[None]),
+            ValueError,
+            "batch",
+        ),
         (lambda q, k, v: nadaraya_watson(q, k[:0], v[:0]), ValueError, "keys"),
         (lambda q, k, v: nadaraya_watson_weights(q, k[:, :1]), ValueError, "keys"),
         (lambda q, k, v: nadaraya_watson_weights(q, k, kernel="gaussian", bandwidth=-2), ValueError, "bandwidth"),
@@ -224,11 +228,13 @@ def test_tensor_bandwidth_gradcheck(device, generator, kernel, per_head):
     # Gaussian offsets are folded into a coordinate); gradcheck compares them with
     # finite differences, and the reference's autograd gradients pin them down too.
     q, k, v = make_data(generator, device, torch.float64, batch=(2,), m=4, n=9, d=2, p=2)
-    h0 = torch.tensor([0.7, 1.3], device=device, dtype=torch.float64) if per_head else torch.tensor(0.9, device=device, dtype=torch.float64)
-    inputs = tuple(t.clone().requires_grad_(True) for t in (q, k, v, h0))
-    assert torch.autograd.gradcheck(
-        lambda q, k, v, h: nadaraya_watson(q, k, v, kernel=kernel, bandwidth=h), inputs
+    h0 = (
+        torch.tensor([0.7, 1.3], device=device, dtype=torch.float64)
+        if per_head
+        else torch.tensor(0.9, device=device, dtype=torch.float64)
     )
+    inputs = tuple(t.clone().requires_grad_(True) for t in (q, k, v, h0))
+    assert torch.autograd.gradcheck(lambda q, k, v, h: nadaraya_watson(q, k, v, kernel=kernel, bandwidth=h), inputs)
     out = nadaraya_watson(*inputs[:3], kernel=kernel, bandwidth=inputs[3])
     hb = inputs[3][..., None, None]
     ref = explicit_nw_torch(*inputs[:3], hb, kernel)
@@ -300,8 +306,9 @@ def test_values_broadcast_over_heads(device, dtype, tol, generator, scalar, tens
     q, k = randn(heads, m, d), randn(c, heads, n, d)  # queries shared by replicates
     v = randn(c, 1, n) if scalar else randn(c, 1, n, 2)  # values shared by the heads
     h = randn(heads).abs() + 0.5 if tensor_bandwidth else 0.9
-    out = nadaraya_watson(q.to(dtype), k.to(dtype), v.to(dtype), kernel="gaussian",
-                          bandwidth=h.to(dtype) if tensor_bandwidth else h)
+    out = nadaraya_watson(
+        q.to(dtype), k.to(dtype), v.to(dtype), kernel="gaussian", bandwidth=h.to(dtype) if tensor_bandwidth else h
+    )
     hb = h[:, None, None] if tensor_bandwidth else torch.tensor(h, dtype=torch.float64, device=device)
     ref = explicit_nw_torch(q, k, v.unsqueeze(-1) if scalar else v, hb, "gaussian")
     ref = ref.squeeze(-1) if scalar else ref

@@ -25,8 +25,9 @@ def _reference(task, w_k, w_q, z, *, n, replicates, seed, kernel, bandwidth, hea
     """Redraw the documented data stream (seeded blocks) and apply explicit NW weight matrices head by head."""
     device, dtype = z.device, z.dtype
     blocks = -(-replicates // DATA_BLOCK)
-    seeds = torch.randint(0, 2**62, (blocks,), generator=torch.Generator(device).manual_seed(seed),
-                          device=device).tolist()
+    seeds = torch.randint(
+        0, 2**62, (blocks,), generator=torch.Generator(device).manual_seed(seed), device=device
+    ).tolist()
     draw = (w_k.shape[0],) if head_data == "independent" else ()
     xs, ys = [], []
     for b in range(blocks):
@@ -54,11 +55,20 @@ def _reference(task, w_k, w_q, z, *, n, replicates, seed, kernel, bandwidth, hea
 @pytest.mark.parametrize("head_data", ["shared", "independent"])
 def test_matches_explicit_reference(kernel, bandwidth, head_data, dtype, device, tol):
     task, w, z = _setup(dtype, device)
-    out = simulate(task, w, z, n=N, replicates=R, generator=torch.Generator(device).manual_seed(9),
-                   kernel=kernel, bandwidth=bandwidth, head_data=head_data, chunk_size=3)
+    out = simulate(
+        task,
+        w,
+        z,
+        n=N,
+        replicates=R,
+        generator=torch.Generator(device).manual_seed(9),
+        kernel=kernel,
+        bandwidth=bandwidth,
+        head_data=head_data,
+        chunk_size=3,
+    )
     assert out.shape == (R, H, M) and out.dtype == dtype and out.device == z.device
-    ref = _reference(task, w, w, z, n=N, replicates=R, seed=9, kernel=kernel, bandwidth=bandwidth,
-                     head_data=head_data)
+    ref = _reference(task, w, w, z, n=N, replicates=R, seed=9, kernel=kernel, bandwidth=bandwidth, head_data=head_data)
     torch.testing.assert_close(out.cpu().double(), ref, **tol)
 
 
@@ -66,10 +76,17 @@ def test_query_projections_and_per_head_bandwidth(dtype, device, tol):
     task, w, z = _setup(dtype, device)
     w_q = torch.randn(H, D, DK, generator=torch.Generator(device).manual_seed(1), dtype=dtype, device=device)
     bw = torch.tensor([0.5, 0.8, 1.3], dtype=dtype, device=device)
-    out = simulate(task, w, z, n=N, replicates=R, generator=torch.Generator(device).manual_seed(2),
-                   bandwidth=bw, query_projections=w_q)
-    ref = _reference(task, w, w_q, z, n=N, replicates=R, seed=2, kernel="gaussian", bandwidth=bw,
-                     head_data="shared")
+    out = simulate(
+        task,
+        w,
+        z,
+        n=N,
+        replicates=R,
+        generator=torch.Generator(device).manual_seed(2),
+        bandwidth=bw,
+        query_projections=w_q,
+    )
+    ref = _reference(task, w, w_q, z, n=N, replicates=R, seed=2, kernel="gaussian", bandwidth=bw, head_data="shared")
     torch.testing.assert_close(out.cpu().double(), ref, **tol)
 
 
@@ -81,19 +98,38 @@ def test_attention_model_head_specific_values_and_dot_product_kernel(head_data, 
     w_k = 1.7 * w  # unnormalised: the dot-product kernel sees the key norms
     w_q = torch.randn(H, D, DK, generator=g, dtype=dtype, device=device) / math.sqrt(D)
     w_v = torch.randn(H, D + 1, generator=g, dtype=dtype, device=device)
-    out = simulate(task, w_k, z, n=N, replicates=R, generator=torch.Generator(device).manual_seed(13), kernel="exp",
-                   query_projections=w_q, value_projections=w_v, head_data=head_data, chunk_size=7)
-    ref = _reference(task, w_k, w_q, z, n=N, replicates=R, seed=13, kernel="exp", bandwidth=None,
-                     head_data=head_data, w_v=w_v)
+    out = simulate(
+        task,
+        w_k,
+        z,
+        n=N,
+        replicates=R,
+        generator=torch.Generator(device).manual_seed(13),
+        kernel="exp",
+        query_projections=w_q,
+        value_projections=w_v,
+        head_data=head_data,
+        chunk_size=7,
+    )
+    ref = _reference(
+        task, w_k, w_q, z, n=N, replicates=R, seed=13, kernel="exp", bandwidth=None, head_data=head_data, w_v=w_v
+    )
     torch.testing.assert_close(out.cpu().double(), ref, **tol)
     with pytest.raises(ValueError, match="value_projections"):
-        simulate(task, w_k, z, n=N, replicates=2, generator=torch.Generator(device).manual_seed(0),
-                 value_projections=w_v[:, :D])
+        simulate(
+            task,
+            w_k,
+            z,
+            n=N,
+            replicates=2,
+            generator=torch.Generator(device).manual_seed(0),
+            value_projections=w_v[:, :D],
+        )
 
 
 def test_default_gaussian_bandwidth_is_scott_rule_in_projected_space(dtype, device):
     task, w, z = _setup(dtype, device)
-    sigma = torch.sqrt((w ** 2).sum(dim=(1, 2)) / DK)
+    sigma = torch.sqrt((w**2).sum(dim=(1, 2)) / DK)
     explicit = sigma * N ** (-1 / (DK + 4))
     kw = dict(n=N, replicates=R, kernel="gaussian")
     a = simulate(task, w, z, generator=torch.Generator(device).manual_seed(3), **kw)
@@ -112,8 +148,7 @@ def test_seeded_runs_reproduce_bit_for_bit_and_ignore_chunking(dtype):
     # allow rounding only.
     for other in runs[2:]:
         torch.testing.assert_close(other, runs[0], rtol=0, atol=10 * torch.finfo(dtype).eps)
-    tiny = simulate(task, w, z, n=N, replicates=R, generator=torch.Generator().manual_seed(4),
-                    memory_budget=1)
+    tiny = simulate(task, w, z, n=N, replicates=R, generator=torch.Generator().manual_seed(4), memory_budget=1)
     torch.testing.assert_close(tiny, runs[0], rtol=0, atol=10 * torch.finfo(dtype).eps)
     other_seed = simulate(task, w, z, n=N, replicates=R, generator=torch.Generator().manual_seed(5))
     assert not torch.allclose(other_seed, runs[0])
@@ -127,8 +162,9 @@ def test_float32_and_float64_runs_are_paired():
     """
     task, w64, z64 = _setup(torch.float64, torch.device("cpu"))
     runs = {
-        dtype: simulate(task, w64.to(dtype), z64.to(dtype), n=200, replicates=400,
-                        generator=torch.Generator().manual_seed(6))
+        dtype: simulate(
+            task, w64.to(dtype), z64.to(dtype), n=200, replicates=400, generator=torch.Generator().manual_seed(6)
+        )
         for dtype in (torch.float32, torch.float64)
     }
     torch.testing.assert_close(runs[torch.float32].double(), runs[torch.float64], rtol=1e-4, atol=1e-4)
@@ -152,8 +188,9 @@ def test_identical_heads_shared_data_are_perfectly_correlated():
 def test_independent_data_decorrelate_identical_heads():
     task, w, z = _setup(torch.float64, torch.device("cpu"))
     same = w[:1].expand(H, D, DK).contiguous()
-    p = simulate(task, same, z, n=N, replicates=400, generator=torch.Generator().manual_seed(8),
-                 head_data="independent")
+    p = simulate(
+        task, same, z, n=N, replicates=400, generator=torch.Generator().manual_seed(8), head_data="independent"
+    )
     integ = decompose(p, task.f(z)).integrated()
     # Independent training sets: correlation 0 up to its sampling error of about 1/sqrt(R).
     assert abs(integ.mean_correlation) < 4 / math.sqrt(400)
@@ -164,8 +201,7 @@ def test_shared_data_do_not_depend_on_number_of_heads(dtype):
     """Head h of an H-head run equals a one-head run with W_h: the replicates' data are shared."""
     task, w, z = _setup(dtype, torch.device("cpu"))
     full = simulate(task, w, z, n=N, replicates=R, generator=torch.Generator().manual_seed(10), bandwidth=0.6)
-    one = simulate(task, w[1:2], z, n=N, replicates=R, generator=torch.Generator().manual_seed(10),
-                   bandwidth=0.6)
+    one = simulate(task, w[1:2], z, n=N, replicates=R, generator=torch.Generator().manual_seed(10), bandwidth=0.6)
     torch.testing.assert_close(one[:, 0], full[:, 1], rtol=0, atol=10 * torch.finfo(dtype).eps)
 
 
@@ -246,8 +282,9 @@ def _bad_cases():
 @pytest.mark.parametrize("override, exc, match", _bad_cases())
 def test_bad_input_is_rejected(override, exc, match):
     task, w, z = _setup(torch.float32, torch.device("cpu"))
-    args = dict(task=task, key_projections=w, eval_points=z, n=N, replicates=R,
-                generator=torch.Generator().manual_seed(0))
+    args = dict(
+        task=task, key_projections=w, eval_points=z, n=N, replicates=R, generator=torch.Generator().manual_seed(0)
+    )
     args.update(override)
     with pytest.raises(exc, match=match):
         simulate(args.pop("task"), args.pop("key_projections"), args.pop("eval_points"), **args)

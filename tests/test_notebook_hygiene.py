@@ -43,7 +43,9 @@ def test_parameters_cell_and_profiles(path):
     tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, f"{path.name} needs exactly one cell tagged 'parameters'"
     source = "".join(tagged[0]["source"])
-    names = {line.split("=")[0].strip() for line in source.splitlines() if "=" in line and not line.lstrip().startswith("#")}
+    names = {
+        line.split("=")[0].strip() for line in source.splitlines() if "=" in line and not line.lstrip().startswith("#")
+    }
     assert {"profile", "device", "seed"} <= names, f"{path.name} parameters lack profile/device/seed"
     for profile in PROFILES:
         params_file = ROOT / "profiles" / profile / f"{path.stem}.yaml"

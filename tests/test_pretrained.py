@@ -29,9 +29,18 @@ SENTENCES = [
     "Nadaraya and Watson proposed the estimator in 1964, long before anyone wrote a transformer.",
 ]
 
-SMALL = dict(hidden_size=24, num_attention_heads=4, num_hidden_layers=2, intermediate_size=40, vocab_size=50,
-             max_position_embeddings=16, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu",
-             initializer_range=0.2)
+SMALL = dict(
+    hidden_size=24,
+    num_attention_heads=4,
+    num_hidden_layers=2,
+    intermediate_size=40,
+    vocab_size=50,
+    max_position_embeddings=16,
+    type_vocab_size=2,
+    layer_norm_eps=1e-12,
+    hidden_act="gelu",
+    initializer_range=0.2,
+)
 
 
 @pytest.fixture(scope="module")
@@ -88,12 +97,16 @@ def test_head_projections_reproduce_the_attention_output(small_model):
     out = sd[pre + "output.dense.bias"].clone()
     for h in range(H):
         rows = slice(h * d_k, (h + 1) * d_k)
-        q, k, v = (x @ sd[f"{pre}self.{n}.weight"][rows].T + sd[f"{pre}self.{n}.bias"][rows] for n in ("query", "key", "value"))
+        q, k, v = (
+            x @ sd[f"{pre}self.{n}.weight"][rows].T + sd[f"{pre}self.{n}.bias"][rows] for n in ("query", "key", "value")
+        )
         head = torch.softmax(q @ k.T / math.sqrt(d_k), dim=-1) @ v
         out = out + head @ sd[pre + "output.dense.weight"][:, rows].T
     mine = p.b_o + sum(
         torch.softmax((x @ p.w_q[h] + p.b_q[h]) @ (x @ p.w_k[h] + p.b_k[h]).T / math.sqrt(d_k), -1)
-        @ (x @ p.w_v[h] + p.b_v[h]) @ p.w_o[h] for h in range(H)
+        @ (x @ p.w_v[h] + p.b_v[h])
+        @ p.w_o[h]
+        for h in range(H)
     )
     torch.testing.assert_close(mine, out, rtol=1e-12, atol=1e-12)
     ours = NWBertEncoder.from_state_dict(sd, load_config(folder))
@@ -110,7 +123,9 @@ def test_effective_temperature_is_the_spectral_norm(small_model):
         M = (p.w_q[h] @ p.w_k[h].T).numpy()
         import numpy as np
 
-        assert float(p.effective_temperature()[h]) == pytest.approx(np.linalg.svd(M, compute_uv=False)[0] / math.sqrt(d_k), rel=1e-12)
+        assert float(p.effective_temperature()[h]) == pytest.approx(
+            np.linalg.svd(M, compute_uv=False)[0] / math.sqrt(d_k), rel=1e-12
+        )
 
 
 def test_bad_inputs(small_model, tmp_path):
@@ -171,8 +186,12 @@ def test_minilm_matches_transformers_on_real_sentences(minilm):
     ref = transformers.BertModel.from_pretrained(str(minilm), local_files_only=True).eval()
     with torch.no_grad():
         got = ours(batch.input_ids, batch.attention_mask, batch.token_type_ids)
-        want = ref(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                   token_type_ids=batch.token_type_ids, output_hidden_states=True).hidden_states
+        want = ref(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            token_type_ids=batch.token_type_ids,
+            output_hidden_states=True,
+        ).hidden_states
     assert len(got) == 7
     for layer, (g, w) in enumerate(zip(got, want, strict=True)):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4, msg=f"hidden state {layer}")

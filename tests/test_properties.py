@@ -42,8 +42,11 @@ def test_optimal_weights_never_lose_to_uniform_or_fibonacci(h, seed):
     m = a @ a.T + 0.1 * torch.eye(h, dtype=torch.float64)  # symmetric positive definite
     best = nw.optimal_weights(m)
     torch.testing.assert_close(best.sum(), torch.tensor(1.0, dtype=torch.float64))
-    for other in (nw.uniform_weights(h, dtype=torch.float64), nw.fibonacci_weights(h, dtype=torch.float64),
-                  nw.geometric_weights(h, 0.5, dtype=torch.float64)):
+    for other in (
+        nw.uniform_weights(h, dtype=torch.float64),
+        nw.fibonacci_weights(h, dtype=torch.float64),
+        nw.geometric_weights(h, 0.5, dtype=torch.float64),
+    ):
         torch.testing.assert_close(other.sum(), torch.tensor(1.0, dtype=torch.float64))
         assert nw.combination_mse(best, m) <= nw.combination_mse(other, m) * (1 + 1e-10)
 

@@ -119,7 +119,9 @@ def test_validation_ranking_matches_loops(dtype, device, tol, generator):
     for r, h, g, j in itertools.product(range(R), range(H), range(H), range(m)):
         ref[h, g] += (p[r, h, j] - t[r, j]) * (p[r, g, j] - t[r, j]) / (R * m)
     torch.testing.assert_close(out.second_moments, torch.as_tensor(ref).to(device=device, dtype=dtype), **tol)
-    torch.testing.assert_close(out.head_error, torch.as_tensor(np.diag(ref).copy()).to(device=device, dtype=dtype), **tol)
+    torch.testing.assert_close(
+        out.head_error, torch.as_tensor(np.diag(ref).copy()).to(device=device, dtype=dtype), **tol
+    )
     assert out.order.cpu().tolist() == list(np.argsort(np.diag(ref), kind="stable"))
 
 
@@ -170,7 +172,9 @@ def test_kendall_tau_matches_scipy(device, generator):
         pos[np.asarray(o)] = np.arange(H)
         return pos
 
-    expected = [scipy.stats.kendalltau(positions(o), positions(ref.cpu().numpy())).statistic for o in orders.cpu().numpy()]
+    expected = [
+        scipy.stats.kendalltau(positions(o), positions(ref.cpu().numpy())).statistic for o in orders.cpu().numpy()
+    ]
     torch.testing.assert_close(tau.cpu(), torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=1e-12)
 
 

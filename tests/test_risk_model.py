@@ -32,10 +32,13 @@ def _draws(count, dim, seed=0):
 
 def test_local_target_is_the_cyclic_sum_of_neighbour_products():
     x = _draws(5, 6)
-    expected = torch.tensor([
-        math.sqrt(2 / 6) * sum(math.sin(2 * row[j]) * math.sin(2 * row[(j + 1) % 6]) for j in range(6))
-        for row in x.tolist()
-    ], dtype=torch.float64)
+    expected = torch.tensor(
+        [
+            math.sqrt(2 / 6) * sum(math.sin(2 * row[j]) * math.sin(2 * row[(j + 1) % 6]) for j in range(6))
+            for row in x.tolist()
+        ],
+        dtype=torch.float64,
+    )
     torch.testing.assert_close(head_count_task("local", 6).f(x), expected)
 
 
@@ -90,8 +93,10 @@ def test_block_projections_are_disjoint_coordinate_blocks(dtype, device):
         block_projections(5, 12)
 
 
-@pytest.mark.parametrize(("name", "head_dim"), [("additive", 2), ("local", 2), ("local", 3), ("local", 6),
-                                                ("global", 1), ("global", 3), ("global", 6)])
+@pytest.mark.parametrize(
+    ("name", "head_dim"),
+    [("additive", 2), ("local", 2), ("local", 3), ("local", 6), ("global", 1), ("global", 3), ("global", 6)],
+)
 def test_block_conditional_mean_against_nested_monte_carlo(name, head_dim):
     dim, outer, inner = 6, 4, 100_000
     x = _draws(outer, dim, seed=3)
@@ -164,8 +169,16 @@ def test_bad_inputs_are_named(call, error, match):
 
 # --- one grid point -----------------------------------------------------------------------
 
-POINT = {"target": "local", "kernel": "gaussian", "n": 64, "embed_dim": 6, "replicates": 4,
-         "replicates_fit": 2, "m": 16, "noise_sd": 0.5}
+POINT = {
+    "target": "local",
+    "kernel": "gaussian",
+    "n": 64,
+    "embed_dim": 6,
+    "replicates": 4,
+    "replicates_fit": 2,
+    "m": 16,
+    "noise_sd": 0.5,
+}
 
 
 @pytest.mark.parametrize("kernel", ["gaussian", "exp"])
@@ -196,10 +209,20 @@ def test_dot_product_heads_have_unit_temperature():
     torch.randn(2, 16, generator=gen, dtype=torch.float64)  # fitting noise
     _, seed_eval = torch.randint(0, 2**62, (2,), generator=gen).tolist()
     task = head_count_task("local", 4)
-    pred = simulate(task, torch.eye(4, dtype=torch.float64)[None], z_eval, n=64, replicates=3,
-                    generator=torch.Generator().manual_seed(seed_eval), kernel="exp", bandwidth=1.0)
+    pred = simulate(
+        task,
+        torch.eye(4, dtype=torch.float64)[None],
+        z_eval,
+        n=64,
+        replicates=3,
+        generator=torch.Generator().manual_seed(seed_eval),
+        kernel="exp",
+        bandwidth=1.0,
+    )
     expected = replicate_mse(pred, task.f(z_eval), torch.ones(1, dtype=torch.float64))
-    torch.testing.assert_close(torch.tensor(out["mse_uniform"][-1], dtype=torch.float64), expected, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(
+        torch.tensor(out["mse_uniform"][-1], dtype=torch.float64), expected, rtol=1e-9, atol=1e-12
+    )
 
 
 def test_eval_seed_shares_the_evaluation_points_across_n_and_kernels():

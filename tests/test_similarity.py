@@ -33,7 +33,10 @@ def test_rv_matches_trace_formula(dtype, device, tol, centered):
 def test_cka_is_kornblith_formula():
     # Linear CKA of representations X (D x p), Y (D x q): ||Yc' Xc||_F^2 / (||Xc' Xc||_F ||Yc' Yc||_F).
     g = torch.Generator().manual_seed(2)
-    X, Y = torch.randn(20, 5, generator=g, dtype=torch.float64) + 3, torch.randn(20, 3, generator=g, dtype=torch.float64)
+    X, Y = (
+        torch.randn(20, 5, generator=g, dtype=torch.float64) + 3,
+        torch.randn(20, 3, generator=g, dtype=torch.float64),
+    )
     Xc, Yc = X - X.mean(0), Y - Y.mean(0)
     want = (Yc.T @ Xc).pow(2).sum() / (torch.linalg.norm(Xc.T @ Xc) * torch.linalg.norm(Yc.T @ Yc))
     torch.testing.assert_close(rv_coefficient(X, Y, centered=True), want)

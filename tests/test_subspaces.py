@@ -224,7 +224,14 @@ def test_hdi_batched(device, dtype, tol, generator):
 def test_equiangular_heads_have_the_prescribed_angles(device, dtype, tol, generator, shared_dim, theta):
     H, k, D = 4, 3, 16
     Q = equiangular_heads(
-        theta, num_heads=H, head_dim=k, embed_dim=D, shared_dim=shared_dim, generator=generator, dtype=dtype, device=device
+        theta,
+        num_heads=H,
+        head_dim=k,
+        embed_dim=D,
+        shared_dim=shared_dim,
+        generator=generator,
+        dtype=dtype,
+        device=device,
     )
     assert Q.shape == (H, D, k) and Q.dtype == dtype and Q.device.type == device.type
     torch.testing.assert_close(Q.mT @ Q, torch.eye(k, device=device, dtype=dtype).expand(H, k, k), **tol)

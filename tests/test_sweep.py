@@ -22,8 +22,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # A real torch computation per point (two targets, both kernels, two sample sizes, every d_k of D = 4):
 # each point takes a fraction of a second, and any dependence on the worker shows in the last bits.
-SMALL_GRID = grid(target=["local", "global"], kernel=["gaussian", "exp"], n=[48, 96], embed_dim=[4],
-                  replicates=[3], replicates_fit=[2], m=[8], noise_sd=[0.5], eval_seed=[7])
+SMALL_GRID = grid(
+    target=["local", "global"],
+    kernel=["gaussian", "exp"],
+    n=[48, 96],
+    embed_dim=[4],
+    replicates=[3],
+    replicates_fit=[2],
+    m=[8],
+    noise_sd=[0.5],
+    eval_seed=[7],
+)
 
 
 def echo_point(point, *, seed, device):
@@ -116,9 +125,14 @@ def test_process_pool_matches_serial_bit_for_bit():
 
 def test_dask_local_cluster_matches_serial_bit_for_bit(tmp_path):
     import distributed  # a dependency of the test extra: a missing install must fail, not skip
+
     serial = run_sweep(head_count_point, SMALL_GRID, seed=5, progress=False)
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1",
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         executor = client.get_executor()
         assert isinstance(executor, cf.Executor)
         path = tmp_path / "dask.jsonl"
@@ -132,10 +146,13 @@ def test_dask_local_cluster_matches_serial_bit_for_bit(tmp_path):
 
 def test_open_executor_dask_address_form_connects(tmp_path):
     import distributed  # a dependency of the test extra: a missing install must fail, not skip
-    with distributed.LocalCluster(n_workers=1, processes=True, threads_per_worker=1, host="127.0.0.1",
-                                  dashboard_address=None) as cluster:
-        out = run_sweep(echo_point, grid(x=[1, 2]), seed=0, executor=f"dask:{cluster.scheduler_address}",
-                        progress=False)
+
+    with distributed.LocalCluster(
+        n_workers=1, processes=True, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        out = run_sweep(
+            echo_point, grid(x=[1, 2]), seed=0, executor=f"dask:{cluster.scheduler_address}", progress=False
+        )
     assert [r["square"] for r in out] == [1, 4]
 
 

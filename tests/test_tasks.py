@@ -19,8 +19,10 @@ def _numpy_f(name: str, x: np.ndarray, s: int) -> np.ndarray:
     return np.sin(2 * x[..., :s]).sum(-1) / np.sqrt(s)
 
 
-@pytest.mark.parametrize("name, kwargs, s", [("isotropic", {}, 5), ("subspace", {"signal_dim": 3}, 3),
-                                             ("single_index", {}, 1), ("interaction", {}, 2)])
+@pytest.mark.parametrize(
+    "name, kwargs, s",
+    [("isotropic", {}, 5), ("subspace", {"signal_dim": 3}, 3), ("single_index", {}, 1), ("interaction", {}, 2)],
+)
 def test_f_matches_explicit_formula(name, kwargs, s, dtype, device, tol):
     task = make_task(name, 5, **kwargs)
     assert isinstance(task, RegressionTask) and task.name == name and task.signal_dim == s
@@ -37,7 +39,7 @@ def test_f_ignores_nuisance_coordinates(name, device):
     g = torch.Generator(device).manual_seed(1)
     x = torch.randn(50, 6, generator=g, device=device)
     y = x.clone()
-    y[:, task.signal_dim:] = torch.randn(50, 6 - task.signal_dim, generator=g, device=device)
+    y[:, task.signal_dim :] = torch.randn(50, 6 - task.signal_dim, generator=g, device=device)
     assert torch.equal(task.f(x), task.f(y))
     y[:, 0] += 1.0
     assert not torch.allclose(task.f(x), task.f(y))
@@ -122,12 +124,14 @@ def test_task_names():
         (lambda: make_task("isotropic", 2).f(torch.zeros(4, 3)), ValueError, r"^x must"),
         (lambda: make_task("isotropic", 2).f(torch.zeros(4, 2, dtype=torch.int64)), TypeError, r"^x must"),
         (lambda: make_task("isotropic", 2).sample((), 0, generator=torch.Generator()), ValueError, r"^n must"),
-        (lambda: make_task("isotropic", 2).sample((-1,), 3, generator=torch.Generator()), ValueError,
-         "batch_shape"),
+        (lambda: make_task("isotropic", 2).sample((-1,), 3, generator=torch.Generator()), ValueError, "batch_shape"),
         (lambda: make_task("isotropic", 2).sample(3, 3, generator=torch.Generator()), TypeError, "batch_shape"),
         (lambda: make_task("isotropic", 2).sample((), 3, generator=0), TypeError, "generator"),
-        (lambda: make_task("isotropic", 2).sample((), 3, generator=torch.Generator(), dtype=torch.int32),
-         TypeError, "dtype"),
+        (
+            lambda: make_task("isotropic", 2).sample((), 3, generator=torch.Generator(), dtype=torch.int32),
+            TypeError,
+            "dtype",
+        ),
     ],
 )
 def test_bad_input_is_rejected(call, exc, match):

@@ -63,9 +63,17 @@ def test_regressor_is_a_weighted_sum_of_nw_heads(dtype, tol):
     # with zero value biases each contribution is alpha_h times head h's NW estimate of y
     with torch.no_grad():
         a.in_proj_bias.zero_()
-        nw = torch.stack([nadaraya_watson_weights(p.x_query @ a.q_proj_weight[h * 2:(h + 1) * 2].T,
-                                                  p.x_context @ a.k_proj_weight[h * 2:(h + 1) * 2].T) @ p.y_context[..., None]
-                          for h in range(3)], dim=1)[..., 0]
+        nw = torch.stack(
+            [
+                nadaraya_watson_weights(
+                    p.x_query @ a.q_proj_weight[h * 2 : (h + 1) * 2].T,
+                    p.x_context @ a.k_proj_weight[h * 2 : (h + 1) * 2].T,
+                )
+                @ p.y_context[..., None]
+                for h in range(3)
+            ],
+            dim=1,
+        )[..., 0]
         contrib = model.head_contributions(p.x_context, p.y_context, p.x_query)
     torch.testing.assert_close(contrib, model.head_weights().detach()[None, :, None] * nw, **tol)
 
@@ -133,9 +141,17 @@ def test_ensemble_mse_matches_explicit_weights_and_has_gradients():
     z = torch.randn(6, 5, generator=g, dtype=torch.float64)
     W = torch.randn(2, 5, 2, generator=g, dtype=torch.float64, requires_grad=True)
     got = ensemble_mse(W, task, x, y, z, bandwidth=0.7)
-    preds = torch.stack([
-        torch.stack([nadaraya_watson_weights(z @ W[h], x[r] @ W[h], kernel="gaussian", bandwidth=0.7) @ y[r]
-                     for h in range(2)]) for r in range(3)])  # (R, H, m)
+    preds = torch.stack(
+        [
+            torch.stack(
+                [
+                    nadaraya_watson_weights(z @ W[h], x[r] @ W[h], kernel="gaussian", bandwidth=0.7) @ y[r]
+                    for h in range(2)
+                ]
+            )
+            for r in range(3)
+        ]
+    )  # (R, H, m)
     want = (preds.mean(1) - task.f(z)).pow(2).mean()
     torch.testing.assert_close(got, want)
     assert torch.autograd.gradcheck(lambda w: ensemble_mse(w, task, x, y, z, bandwidth=0.7), (W,))
@@ -145,8 +161,19 @@ def test_ensemble_mse_matches_explicit_weights_and_has_gradients():
 
 def test_optimisation_finds_the_signal():
     task = make_task("single_index", 6, noise_sd=0.3)
-    Q, hist = optimise_subspaces(task, num_heads=2, head_dim=2, n=100, steps=80, replicates=8, eval_size=32,
-                                 bandwidth=0.5, lr=0.05, seed=1, record_every=40)
+    Q, hist = optimise_subspaces(
+        task,
+        num_heads=2,
+        head_dim=2,
+        n=100,
+        steps=80,
+        replicates=8,
+        eval_size=32,
+        bandwidth=0.5,
+        lr=0.05,
+        seed=1,
+        record_every=40,
+    )
     assert hist.step == [0, 40, 80]
     torch.testing.assert_close(Q.mT @ Q, torch.eye(2, dtype=torch.float64).expand(2, 2, 2))
     assert hist.signal_overlap[-1] > 0.9 > hist.signal_overlap[0]

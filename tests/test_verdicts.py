@@ -21,8 +21,13 @@ REPRODUCED, UNDER, NOT_REPRODUCED, NOT_TESTABLE = LABELS
     ],
 )
 def test_decision_table(as_stated, under, within, expected):
-    v = decide("C0", holds_as_stated=as_stated, holds_under_paper_conditions=under,
-               counterexample_within_paper_conditions=within, reason="evidence")
+    v = decide(
+        "C0",
+        holds_as_stated=as_stated,
+        holds_under_paper_conditions=under,
+        counterexample_within_paper_conditions=within,
+        reason="evidence",
+    )
     assert isinstance(v, Verdict) and v.label == expected and v.claim == "C0"
 
 
@@ -91,8 +96,10 @@ def test_judge_applies_the_one_rule(inside, outside, label):
 
 def test_judge_records_which_labels_could_have_come_out():
     both = judge("C11", _cases(True, True), conditions=PAPER, reason="r")
-    assert set(both.possible) == {"reproduced", "reproduced under the paper's conditions",
-                                  "not reproduced as stated"} and both.decisive
+    assert (
+        set(both.possible) == {"reproduced", "reproduced under the paper's conditions", "not reproduced as stated"}
+        and both.decisive
+    )
     only_inside = judge("C11", _cases(True, None), conditions=PAPER, reason="r")
     assert "reproduced under the paper's conditions" not in only_inside.possible
     identity = judge("C1", [Case("identity", True, {}, could_fail=False)], conditions={}, reason="r")

@@ -21,8 +21,16 @@ ROOT = Path(__file__).resolve().parent.parent
 VERIFY = ROOT / "tools" / "verify.py"
 
 
-def _glue_a_run(tmp_path: Path, monkeypatch, *, mse: float = 0.25, label: str = "reproduced",
-                gap: float = 1.5e-3, n_points: int = 128, finding: bool = True) -> Path:
+def _glue_a_run(
+    tmp_path: Path,
+    monkeypatch,
+    *,
+    mse: float = 0.25,
+    label: str = "reproduced",
+    gap: float = 1.5e-3,
+    n_points: int = 128,
+    finding: bool = True,
+) -> Path:
     """Glue like a notebook under the runner: NWLIB_NOTEBOOK set, the notebook's folder as cwd."""
     folder = tmp_path / "run"
     folder.mkdir(exist_ok=True)
@@ -42,8 +50,12 @@ def _glue_a_run(tmp_path: Path, monkeypatch, *, mse: float = 0.25, label: str = 
 
 
 def _verify(folder: Path, reference: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(VERIFY), str(folder), "--reference", str(reference), *extra],
-                          capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(VERIFY), str(folder), "--reference", str(reference), *extra],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
 
 
 def _failing(proc: subprocess.CompletedProcess) -> set[str]:
@@ -54,17 +66,27 @@ def test_glue_records_every_value_with_its_class_and_context(tmp_path, monkeypat
     folder = _glue_a_run(tmp_path, monkeypatch)
     lines = (folder / "ch99_test.provenance.jsonl").read_text().splitlines()
     entries = {e["key"]: e for e in map(json.loads, lines)}
-    assert list(entries) == ["mse", "gap", "n_points", "verdict_C99_short", "finding_gain", "seconds", "half",
-                             "table"]
+    assert list(entries) == ["mse", "gap", "n_points", "verdict_C99_short", "finding_gain", "seconds", "half", "table"]
     classes = {k: e["cls"] for k, e in entries.items()}
-    assert classes == {"mse": "mc", "gap": "fp", "n_points": "exact", "verdict_C99_short": "exact",
-                       "finding_gain": "exact", "seconds": "info", "half": "exact", "table": "other"}
+    assert classes == {
+        "mse": "mc",
+        "gap": "fp",
+        "n_points": "exact",
+        "verdict_C99_short": "exact",
+        "finding_gain": "exact",
+        "seconds": "info",
+        "half": "exact",
+        "table": "other",
+    }
     assert entries["mse"]["value"] == 0.25 and entries["mse"]["se"] == 0.01
     assert entries["gap"]["kind"] == "float" and entries["gap"]["tol"] == 1e-6
     assert entries["gap"]["value"] == pytest.approx(1.5e-3, rel=1e-6)
     # dtype and device: the tensor's own, then glue's argument, then setup's
     assert (entries["gap"]["dtype"], entries["half"]["dtype"], entries["mse"]["dtype"]) == (
-        "float32", "float32", "float64")
+        "float32",
+        "float32",
+        "float64",
+    )
     assert entries["mse"]["device"] == "cpu" and entries["mse"]["seed"] == 0 and entries["mse"]["profile"] == "quick"
     assert not entries["seconds"]["verify"] and not entries["table"]["verify"]
     for e in entries.values():

@@ -101,7 +101,9 @@ def test_fibonacci_weights_large_H_ratio_tends_to_golden():
 
 
 @pytest.mark.parametrize("fn", [uniform_weights, fibonacci_weights, lambda H, **k: geometric_weights(H, 0.5, **k)])
-@pytest.mark.parametrize("bad_H, exc", [(0, ValueError), (-3, ValueError), (2.0, TypeError), (True, TypeError), ("4", TypeError)])
+@pytest.mark.parametrize(
+    "bad_H, exc", [(0, ValueError), (-3, ValueError), (2.0, TypeError), (True, TypeError), ("4", TypeError)]
+)
 def test_schemes_reject_bad_num_heads(fn, bad_H, exc):
     with pytest.raises(exc, match="num_heads must"):
         fn(bad_H)
@@ -109,8 +111,16 @@ def test_schemes_reject_bad_num_heads(fn, bad_H, exc):
 
 @pytest.mark.parametrize(
     "ratio, exc",
-    [(0.0, ValueError), (-0.5, ValueError), (1.5, ValueError), (math.nan, ValueError), (math.inf, ValueError),
-     (True, TypeError), ("0.5", TypeError), (None, TypeError)],
+    [
+        (0.0, ValueError),
+        (-0.5, ValueError),
+        (1.5, ValueError),
+        (math.nan, ValueError),
+        (math.inf, ValueError),
+        (True, TypeError),
+        ("0.5", TypeError),
+        (None, TypeError),
+    ],
 )
 def test_geometric_rejects_bad_ratio(ratio, exc):
     with pytest.raises(exc, match="ratio"):
@@ -156,9 +166,7 @@ def test_optimal_weights_match_scipy_solve(H, dtype, device, tol, generator):
     torch.testing.assert_close(w, _ref(expected, dtype, device), **tol)
     torch.testing.assert_close(w.sum(), torch.tensor(1.0, dtype=dtype, device=device), **tol)
     # Its MSE is 1 / (1ᵀ M⁻¹ 1).
-    torch.testing.assert_close(
-        combination_mse(w, M), torch.tensor(1.0 / z.sum(), dtype=dtype, device=device), **tol
-    )
+    torch.testing.assert_close(combination_mse(w, M), torch.tensor(1.0 / z.sum(), dtype=dtype, device=device), **tol)
 
 
 def test_optimal_weights_batched(dtype, device, tol, generator):
@@ -192,8 +200,11 @@ def test_optimal_weights_beat_perturbations_and_schemes(device, generator):
         assert bool((worse > best).all())
         # Excess is exactly the quadratic form of the perturbation (first-order term vanishes).
         torch.testing.assert_close(worse - best, combination_mse(scale * d, M))
-    for scheme in (uniform_weights(H, dtype=dtype, device=device), fibonacci_weights(H, dtype=dtype, device=device),
-                   geometric_weights(H, 0.7, dtype=dtype, device=device)):
+    for scheme in (
+        uniform_weights(H, dtype=dtype, device=device),
+        fibonacci_weights(H, dtype=dtype, device=device),
+        geometric_weights(H, 0.7, dtype=dtype, device=device),
+    ):
         assert float(combination_mse(scheme, M)) >= float(best)
 
 
@@ -242,7 +253,9 @@ def test_optimal_weights_rejects_bad_M(M, exc, match):
         optimal_weights(M)
 
 
-@pytest.mark.parametrize("ridge, exc", [(-0.1, ValueError), (math.nan, ValueError), (True, TypeError), ("1", TypeError)])
+@pytest.mark.parametrize(
+    "ridge, exc", [(-0.1, ValueError), (math.nan, ValueError), (True, TypeError), ("1", TypeError)]
+)
 def test_optimal_weights_rejects_bad_ridge(ridge, exc):
     with pytest.raises(exc, match="ridge"):
         optimal_weights(torch.eye(2, dtype=torch.float64), ridge=ridge)
@@ -302,12 +315,14 @@ def test_quadratic_form_equals_replicate_mse(dtype, device, tol, generator):
     pred, target = _fake_predictions(generator, dtype, device)
     M = error_second_moments(pred, target)
     H = pred.shape[1]
-    schemes = torch.stack([
-        uniform_weights(H, dtype=dtype, device=device),
-        fibonacci_weights(H, dtype=dtype, device=device),
-        geometric_weights(H, 0.3, dtype=dtype, device=device),
-        optimal_weights(M),
-    ])
+    schemes = torch.stack(
+        [
+            uniform_weights(H, dtype=dtype, device=device),
+            fibonacci_weights(H, dtype=dtype, device=device),
+            geometric_weights(H, 0.3, dtype=dtype, device=device),
+            optimal_weights(M),
+        ]
+    )
     per_rep = replicate_mse(pred, target, schemes)
     assert per_rep.shape == (4, pred.shape[0])
     torch.testing.assert_close(per_rep.mean(-1), combination_mse(schemes, M), **tol)
@@ -340,9 +355,7 @@ def test_rank_heads(dtype, device, tol, generator):
     assert ranking.order.dtype == torch.int64 and ranking.order.device.type == device.type
     per_rep = ((pred - target) ** 2).mean(-1).double().cpu().numpy()
     torch.testing.assert_close(ranking.head_mse, _ref(per_rep.mean(0), dtype, device), **tol)
-    torch.testing.assert_close(
-        ranking.head_mse_se, _ref(per_rep.std(0, ddof=1) / math.sqrt(200), dtype, device), **tol
-    )
+    torch.testing.assert_close(ranking.head_mse_se, _ref(per_rep.std(0, ddof=1) / math.sqrt(200), dtype, device), **tol)
     torch.testing.assert_close(ranking.head_mse, error_second_moments(pred, target).diagonal(), **tol)
 
 
@@ -392,11 +405,15 @@ def test_least_squares_weights_match_numpy_lstsq(dtype, device, tol):
         b = target.expand(40, 25).reshape(-1).double().cpu().numpy()
         ref = np.linalg.lstsq(X, b, rcond=None)[0]
         assert a.dtype == dtype and a.device == p.device
-        torch.testing.assert_close(a.cpu().double(), torch.from_numpy(ref), rtol=100 * tol["rtol"], atol=100 * tol["atol"])
+        torch.testing.assert_close(
+            a.cpu().double(), torch.from_numpy(ref), rtol=100 * tol["rtol"], atol=100 * tol["atol"]
+        )
     # Not constrained to sum to one: summing heads that each carry half the signal gives weights (1, 1).
     u = torch.randn(40, 25, generator=g, dtype=dtype, device=device)
     half = torch.stack([0.5 * y + u, 0.5 * y - u], dim=1)
-    torch.testing.assert_close(least_squares_weights(half, y).double().cpu(), torch.ones(2, dtype=torch.float64), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        least_squares_weights(half, y).double().cpu(), torch.ones(2, dtype=torch.float64), rtol=1e-4, atol=1e-4
+    )
     with pytest.raises(ValueError, match="target"):
         least_squares_weights(p, y[:, :3])
     with pytest.raises(ValueError, match="ridge"):

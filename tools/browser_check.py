@@ -138,7 +138,9 @@ def check_pages(
         pages = sorted(
             str(p.relative_to(html_dir))
             for p in html_dir.rglob("*.html")
-            if p.name not in SKIPPED_PAGES and "_static" not in p.parts and "_sources" not in p.parts
+            if p.name not in SKIPPED_PAGES
+            and "_static" not in p.parts
+            and "_sources" not in p.parts
             and not _is_redirect(p)
         )
     reports = []

@@ -72,8 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         failures += status != "ok"
         print(f"  {claim:>4}  {str(got):<42} {notebook:<40} {status}")
     if failures:
-        print(f"{failures} verdict(s) differ from {args.ledger}: if the evidence changed on "
-              "purpose, update that file in the same commit", file=sys.stderr)
+        print(
+            f"{failures} verdict(s) differ from {args.ledger}: if the evidence changed on "
+            "purpose, update that file in the same commit",
+            file=sys.stderr,
+        )
         return 1
     print(f"verdicts agree with {args.ledger}")
     return 0

@@ -49,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if url != args.check.rstrip("/"):
         note = " (still the placeholder)" if url == PLACEHOLDER else ""
-        print(f"_config.yml repository.url is {url}{note}, but this repository is {args.check}: set it "
-              "there (and in CITATION.cff and the notebooks' install cell, see tests/test_citation.py)")
+        print(
+            f"_config.yml repository.url is {url}{note}, but this repository is {args.check}: set it "
+            "there (and in CITATION.cff and the notebooks' install cell, see tests/test_citation.py)"
+        )
         return 1
     print(f"repository URL {url} is set")
     return 0

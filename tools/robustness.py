@@ -62,8 +62,10 @@ def one_seed(seed: int, variant: str) -> dict:
     stage = ROOT / "_build" / "robustness" / f"{variant}-seed-{seed}"
     env = {**os.environ, **(PORTABLE if variant == "portable" else {})}
     t0 = time.perf_counter()
-    run = _run([sys.executable, "tools/run_notebooks.py", "--profile", "quick", "--stage", str(stage),
-                "--seed", str(seed)], env)
+    run = _run(
+        [sys.executable, "tools/run_notebooks.py", "--profile", "quick", "--stage", str(stage), "--seed", str(seed)],
+        env,
+    )
     seconds = time.perf_counter() - t0
     summary = [line for line in run.stdout.splitlines() if " quick " in line and ("ok" in line or "FAIL" in line)]
     notebooks_failed = [line.split()[0] for line in summary if "FAILED" in line or "TIMEOUT" in line]
@@ -110,8 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--variant", choices=("native", "portable"), default="native")
-    parser.add_argument("--output", type=Path, default=None, help="default: verify/robustness-quick.json "
-                        "(native) or verify/portable-quick.json (portable)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="default: verify/robustness-quick.json (native) or verify/portable-quick.json (portable)",
+    )
     args = parser.parse_args(argv)
 
     args.output = args.output or OUTPUT[args.variant]
@@ -122,23 +128,32 @@ def main(argv: list[str] | None = None) -> int:
         f = r["findings"]
         ok = not r["notebooks_failed"] and r["labels_agree"] and not r["values_failed"] and not f["asserted_failed"]
         r["ok"] = ok
-        print(f"seed {seed}: notebooks failed {len(r['notebooks_failed'])}, findings held "
-              f"{f['asserted_held']}/{f['asserted']} asserted and {f['reported_held']}/{f['reported']} reported, "
-              f"labels {'agree' if r['labels_agree'] else 'DIFFER'}, values "
-              f"{(r['values_compared'] or 0) - len(r['values_failed'])}/{r['values_compared']} agree "
-              f"({'ok' if ok else 'FAILED'}) in {r['seconds']} s", flush=True)
+        print(
+            f"seed {seed}: notebooks failed {len(r['notebooks_failed'])}, findings held "
+            f"{f['asserted_held']}/{f['asserted']} asserted and {f['reported_held']}/{f['reported']} reported, "
+            f"labels {'agree' if r['labels_agree'] else 'DIFFER'}, values "
+            f"{(r['values_compared'] or 0) - len(r['values_failed'])}/{r['values_compared']} agree "
+            f"({'ok' if ok else 'FAILED'}) in {r['seconds']} s",
+            flush=True,
+        )
         for name in r["notebooks_failed"] + r["values_failed"] + f["asserted_failed"]:
             print(f"  {name}")
         results.append(r)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
-        "profile": "quick",
-        "reference_seed": _reference_seed(),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-        "commit": _run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip(),
-        "machine": _machine(),
-        "seeds": results,
-    }, indent=1) + "\n")
+    args.output.write_text(
+        json.dumps(
+            {
+                "profile": "quick",
+                "reference_seed": _reference_seed(),
+                "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+                "commit": _run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip(),
+                "machine": _machine(),
+                "seeds": results,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output}")
     return 0 if all(r["ok"] for r in results) else 1
 

@@ -270,8 +270,15 @@ def print_summary(results: list[Result], total: float) -> None:
 
 def write_timings(path: Path, results: list[Result]) -> None:
     """Record what has run so far, for the build's environment page (read by its notebook)."""
-    path.write_text(json.dumps([{"notebook": r.notebook, "profile": r.profile, "seconds": round(r.seconds, 1),
-                                 "status": r.status} for r in results], indent=1))
+    path.write_text(
+        json.dumps(
+            [
+                {"notebook": r.notebook, "profile": r.profile, "seconds": round(r.seconds, 1), "status": r.status}
+                for r in results
+            ],
+            indent=1,
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,8 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="seconds allowed per cell (papermill's execution_timeout), 0 for no limit (default: --timeout)",
     )
-    parser.add_argument("--sources-only", action="store_true",
-                        help="refresh the staged prose and configuration, execute nothing")
+    parser.add_argument(
+        "--sources-only", action="store_true", help="refresh the staged prose and configuration, execute nothing"
+    )
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/*.ipynb")
     args = parser.parse_args(argv)
     if args.sources_only:

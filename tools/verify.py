@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folder", type=Path, help="folder of executed notebooks and their manifests")
     parser.add_argument("--reference", type=Path, default=None, help="default: verify/<profile of the run>.json")
     parser.add_argument("--update", action="store_true", help="rewrite the reference from this run")
-    parser.add_argument("--other-seed", action="store_true",
-                        help="the run used another seed: compare only what must not depend on it")
+    parser.add_argument(
+        "--other-seed", action="store_true", help="the run used another seed: compare only what must not depend on it"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON here")
     parser.add_argument("--quiet", action="store_true", help="print failures only")
     args = parser.parse_args(argv)
@@ -115,8 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         reference = {k: {f: e.get(f) for f in KEEP} for k, e in sorted(entries.items())}
         seeds = sorted({e.get("seed") for e in entries.values()}, key=str)
         reference_path.parent.mkdir(parents=True, exist_ok=True)
-        reference_path.write_text(json.dumps({"profile": profiles[0], "seed": seeds[0] if len(seeds) == 1 else seeds,
-                                              "entries": reference}, indent=1, ensure_ascii=False) + "\n")
+        reference_path.write_text(
+            json.dumps(
+                {"profile": profiles[0], "seed": seeds[0] if len(seeds) == 1 else seeds, "entries": reference},
+                indent=1,
+                ensure_ascii=False,
+            )
+            + "\n"
+        )
         print(f"wrote {len(reference)} reference values to {reference_path}")
         return 0
 
@@ -148,18 +155,33 @@ def main(argv: list[str] | None = None) -> int:
     for key, got_text, ref_text, tol, status in rows:
         if not args.quiet or status != "ok":
             print(f"{key:<{width}}  {got_text:>38}  {ref_text:>38}  {tol:>10}  {status}")
-    print(f"{len(rows) - failures} of {len(rows)} values agree with {reference_path.name} "
-          f"({counts.get('exact', 0)} exact, {counts.get('fp', 0)} within a floating-point tolerance, "
-          f"{counts.get('mc', 0)} Monte Carlo within {z_star:.2f} combined SE: family-wise level {ALPHA})")
+    print(
+        f"{len(rows) - failures} of {len(rows)} values agree with {reference_path.name} "
+        f"({counts.get('exact', 0)} exact, {counts.get('fp', 0)} within a floating-point tolerance, "
+        f"{counts.get('mc', 0)} Monte Carlo within {z_star:.2f} combined SE: family-wise level {ALPHA})"
+    )
     if args.json:
         seeds = sorted({str(e.get("seed")) for e in entries.values()})
-        args.json.write_text(json.dumps({
-            "seed": seeds, "compared": len(rows), "failures": failures, "z_star": z_star, "counts": counts,
-            "failed": [r[0] for r in rows if r[4] != "ok"]}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "seed": seeds,
+                    "compared": len(rows),
+                    "failures": failures,
+                    "z_star": z_star,
+                    "counts": counts,
+                    "failed": [r[0] for r in rows if r[4] != "ok"],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     if failures:
-        print(f"{failures} value(s) differ: if the change is deliberate, run `make verify-update` and commit "
-              f"{reference_path.relative_to(ROOT) if reference_path.is_relative_to(ROOT) else reference_path}",
-              file=sys.stderr)
+        print(
+            f"{failures} value(s) differ: if the change is deliberate, run `make verify-update` and commit "
+            f"{reference_path.relative_to(ROOT) if reference_path.is_relative_to(ROOT) else reference_path}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

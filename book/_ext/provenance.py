@@ -32,11 +32,17 @@ def describe(entry: dict[str, Any]) -> str:
     )
     commit = str(entry.get("commit", "unknown"))[:10] + (" (dirty tree)" if entry.get("dirty") else "")
     cls = entry.get("cls")
-    how = {"mc": f"Monte Carlo estimate, SE {entry.get('se'):.2g}" if entry.get("se") is not None else "Monte Carlo",
-           "exact": "exact", "fp": f"deterministic, to within {entry.get('tol') or 0:.1g}",
-           "info": "informational"}.get(cls or "", "")
-    return (f"{entry['key']}: {where}; {run}" + (f"; {how}" if how else "")
-            + f"; commit {commit}, nwlib {entry.get('nwlib')}, torch {entry.get('torch')}; {entry.get('time')}")
+    how = {
+        "mc": f"Monte Carlo estimate, SE {entry.get('se'):.2g}" if entry.get("se") is not None else "Monte Carlo",
+        "exact": "exact",
+        "fp": f"deterministic, to within {entry.get('tol') or 0:.1g}",
+        "info": "informational",
+    }.get(cls or "", "")
+    return (
+        f"{entry['key']}: {where}; {run}"
+        + (f"; {how}" if how else "")
+        + f"; commit {commit}, nwlib {entry.get('nwlib')}, torch {entry.get('torch')}; {entry.get('time')}"
+    )
 
 
 class AnnotateGlueProvenance(SphinxPostTransform):
@@ -56,8 +62,11 @@ class AnnotateGlueProvenance(SphinxPostTransform):
             doc = node.refdoc
             if doc not in cache:
                 path = srcdir / f"{doc}{SUFFIX}"
-                entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
-                    if path.is_file() else []
+                entries = (
+                    [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                    if path.is_file()
+                    else []
+                )
                 cache[doc] = {e["key"]: e for e in entries}
             entry = cache[doc].get(node.key)
             if entry is None:
