@@ -47,6 +47,8 @@ __all__ = [
     "Finding",
     "Findings",
     "OneSided",
+    "against",
+    "crossed",
     "estimate",
     "family_threshold",
     "fp_tolerance",
@@ -187,6 +189,84 @@ def independent(a: Comparison, b: Comparison) -> Comparison:
     """
     a, b = _as_comparison(a, "a"), _as_comparison(b, "b")
     return Comparison(a.estimate - b.estimate, math.hypot(a.se, b.se))
+
+
+def crossed(a: Any, b: Any = None) -> Comparison:
+    """The mean of a two-way table of errors (or of ``a − b``, paired) over two crossed sources.
+
+    Rows and columns are independent sources of randomness that a rerun draws anew: training
+    sets × evaluation points, say, or output-weight fits × evaluation replicates. The standard
+    error adds the two sources' variances, each estimated from the means over the other one:
+    ``se² = var(row means)/R + var(column means)/m`` (R − 1 and m − 1 denominators). It covers
+    a rerun that redraws both (slightly conservative: each part also carries the interaction).
+
+    Parameters
+    ----------
+    a : Tensor, shape (R, m)
+        R >= 2 rows (one source) and m >= 2 columns (the other).
+    b : Tensor, shape (R, m), optional
+        A second table on the same draws; the comparison is then of ``a − b``, paired cell by cell.
+
+    Returns
+    -------
+    Comparison
+
+    Examples
+    --------
+    >>> import torch
+    >>> t = torch.tensor([[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]], dtype=torch.float64)
+    >>> c = crossed(t)
+    >>> c.estimate, round(c.se, 6)  # sqrt(2/2 + 1/3)
+    (3.0, 1.154701)
+    """
+    import torch
+
+    if not isinstance(a, torch.Tensor) or a.dim() != 2 or min(a.shape) < 2:
+        raise ValueError(f"a must be a (R, m) tensor with R, m >= 2, got shape {tuple(getattr(a, 'shape', ()))}")
+    if b is not None:
+        if not isinstance(b, torch.Tensor) or b.shape != a.shape:
+            raise ValueError(f"b must be a tensor of a's shape {tuple(a.shape)}")
+        a = a - b
+    a = a.double()
+    rows, columns = a.mean(1), a.mean(0)
+    var = float(rows.var()) / rows.numel() + float(columns.var()) / columns.numel()
+    return Comparison(float(a.mean()), math.sqrt(var))
+
+
+def against(value: float, draws: Any) -> Comparison:
+    """A value minus the mean of a reference law's draws, with the spread of one new draw from it.
+
+    The question "is this trained value typical of the law (random subspaces, an initialisation)?"
+    compares one value with one new draw, not with the law's mean: the standard error is the
+    draws' standard deviation times ``sqrt(1 + 1/N)`` (a prediction interval), so it does not
+    shrink as more draws are made.
+
+    Parameters
+    ----------
+    value : float
+        The observed value (a statistic of a trained model).
+    draws : Tensor, shape (N,)
+        N >= 2 independent draws of the same statistic under the reference law.
+
+    Returns
+    -------
+    Comparison
+
+    Examples
+    --------
+    >>> import torch
+    >>> c = against(1.0, torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64))
+    >>> c.estimate, round(c.se, 6)  # 1 - 1, and 1 * sqrt(4/3)
+    (0.0, 1.154701)
+    """
+    import torch
+
+    if not isinstance(draws, torch.Tensor) or draws.dim() != 1 or draws.numel() < 2:
+        raise ValueError("draws must be a 1-dimensional tensor of at least 2 draws")
+    value = _real(value, "value")
+    draws = draws.double()
+    n = draws.numel()
+    return Comparison(value - float(draws.mean()), float(draws.std()) * math.sqrt(1 + 1 / n))
 
 
 def se_of_se(se: float, replicates: int) -> float:

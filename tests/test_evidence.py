@@ -14,6 +14,7 @@ import torch
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
+from nwlib import evidence
 from nwlib.evidence import (
     ALPHA,
     POWER,
@@ -215,3 +216,57 @@ def test_the_family_is_closed_once_a_decision_is_read():
     assert f.holds("a")
     with pytest.raises(RuntimeError, match="declare every finding"):
         f.greater("b", "a later effect", estimate(0.3, 0.1))
+
+
+# --- crossed (two-way tables) and against (one value versus a reference law) ---
+
+
+def test_crossed_matches_the_two_source_formula_and_pairs_cell_by_cell():
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(7, 11)) + rng.normal(size=(7, 1)) + rng.normal(size=(1, 11))
+    b = a - rng.normal(0.2, 0.1, size=(7, 11))
+    expect_var = np.var(a.mean(1), ddof=1) / 7 + np.var(a.mean(0), ddof=1) / 11
+    c = evidence.crossed(torch.from_numpy(a))
+    assert c.estimate == pytest.approx(a.mean()) and c.se == pytest.approx(np.sqrt(expect_var))
+    d = evidence.crossed(torch.from_numpy(a), torch.from_numpy(b))
+    diff = a - b
+    assert d.estimate == pytest.approx(diff.mean())
+    assert d.se == pytest.approx(np.sqrt(np.var(diff.mean(1), ddof=1) / 7 + np.var(diff.mean(0), ddof=1) / 11))
+
+
+def test_crossed_se_covers_a_rerun_that_redraws_both_sources():
+    # rows and columns are independent random effects: the SE's mean square is at least the true variance
+    gen = torch.Generator().manual_seed(0)
+    means, ses = [], []
+    for _ in range(400):
+        t = (
+            torch.randn(6, 1, generator=gen)
+            + 0.5 * torch.randn(1, 9, generator=gen)
+            + 0.3 * torch.randn(6, 9, generator=gen)
+        )
+        c = evidence.crossed(t.double())
+        means.append(c.estimate)
+        ses.append(c.se)
+    true_var = 1 / 6 + 0.25 / 9 + 0.09 / 54
+    assert np.var(means) == pytest.approx(true_var, rel=0.2)
+    assert np.mean(np.square(ses)) >= 0.95 * true_var
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(5), torch.zeros(1, 5), torch.zeros(5, 1), np.zeros((3, 3))])
+def test_crossed_rejects_tables_without_two_levels_per_source(bad):
+    with pytest.raises(ValueError, match="a must be"):
+        evidence.crossed(bad)
+    with pytest.raises(ValueError, match="b must be"):
+        evidence.crossed(torch.zeros(3, 3), torch.zeros(3, 4))
+
+
+def test_against_is_a_prediction_interval_for_one_new_draw():
+    draws = np.array([0.3, 0.5, 0.4, 0.9, 0.6])
+    c = evidence.against(0.7, torch.tensor(draws))
+    assert c.estimate == pytest.approx(0.7 - draws.mean())
+    # the normal-theory prediction interval for one new draw: s * sqrt(1 + 1/N)
+    assert c.se == pytest.approx(np.std(draws, ddof=1) * np.sqrt(1 + 1 / 5))
+    with pytest.raises(ValueError, match="draws"):
+        evidence.against(0.7, torch.tensor([0.5]))
+    with pytest.raises(TypeError, match="value"):
+        evidence.against("0.7", torch.tensor(draws))

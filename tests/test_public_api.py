@@ -139,6 +139,11 @@ def test_book_tooling_is_outside_the_library_namespace():
 QUALIFIED_SIGNATURES = {
     "nwlib.book.glue": "(name, value, display=False, *, se=None, exact=None, tol=None, verify=True, dtype=None, device=None)",
     "nwlib.book.setup": "(*, profile, seed, device, dtype)",
+    "nwlib.book.start": "(notebook, *, profile, seed, device='auto', dtype='float64', threads=None, sizes=None)",
+    "nwlib.book.glue_values": "(values, *, exact=None, tol=None, verify=True)",
+    "nwlib.book.glue_verdict": "(verdict, *, verify_text=False)",
+    "nwlib.evidence.crossed": "(a, b=None)",
+    "nwlib.evidence.against": "(value, draws)",
     "nwlib.evidence.paired": "(a, b)",
     "nwlib.evidence.mean": "(values)",
     "nwlib.evidence.independent": "(a, b)",
@@ -149,8 +154,8 @@ QUALIFIED_SIGNATURES = {
     "nwlib.evidence.family_threshold": "(count, alpha=0.05)",
     "nwlib.evidence.fp_tolerance": "(dtype='float64', *, scale=1.0, condition=1.0)",
     "nwlib.evidence.Findings": "(family, *, profile, alpha=0.05)",
-    "nwlib.verdicts.judge": "(claim, cases, *, conditions, reason)",
-    "nwlib.verdicts.Case": "(name, holds, attributes=<factory>, could_fail=True)",
+    "nwlib.book.verdicts.judge": "(claim, cases, *, conditions, reason)",
+    "nwlib.book.verdicts.Case": "(name, holds, attributes=<factory>, could_fail=True)",
 }
 
 
@@ -163,7 +168,7 @@ def test_qualified_signatures_are_pinned(path):
     assert _plain(inspect.signature(obj)) == QUALIFIED_SIGNATURES[path]
 
 
-@pytest.mark.parametrize("module", ["nwlib.evidence", "nwlib.verdicts", "nwlib.book"])
+@pytest.mark.parametrize("module", ["nwlib.evidence", "nwlib.book.verdicts", "nwlib.book"])
 def test_every_export_of_the_qualified_modules_resolves_and_is_documented(module):
     import importlib
 
@@ -172,3 +177,24 @@ def test_every_export_of_the_qualified_modules_resolves_and_is_documented(module
         obj = getattr(mod, name)
         if callable(obj):
             assert inspect.getdoc(obj), f"{module}.{name} has no docstring"
+
+
+def test_lazy_exports_match_all():
+    assert set(nwlib._EXPORTS) == set(nwlib.__all__)
+    for name, module in nwlib._EXPORTS.items():
+        import importlib
+
+        assert getattr(importlib.import_module(f"nwlib.{module}"), name) is getattr(nwlib, name)
+
+
+@pytest.mark.parametrize(
+    "modules", ["nwlib", "nwlib.book", "nwlib.book.verdicts", "nwlib.book._provenance", "nwlib.evidence", "nwlib.sweep"]
+)
+def test_book_tooling_imports_no_torch(modules):
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys, {modules}; assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)[:5]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import torch
 
-from nwlib import _provenance
-from nwlib.book import setup
+from nwlib.book import _provenance, setup
 from nwlib.evidence import Findings, estimate
 
 ROOT = Path(__file__).resolve().parent.parent

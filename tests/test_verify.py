@@ -1,4 +1,4 @@
-"""The results manifest (nwlib._provenance via nwlib.book.glue) and `make verify` (tools/verify.py)."""
+"""The results manifest (nwlib.book._provenance via nwlib.book.glue) and `make verify` (tools/verify.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import pytest
 import torch
 from scipy import stats
 
-from nwlib import _provenance
-from nwlib.book import glue, setup
+from nwlib.book import _provenance, glue, setup
 from nwlib.evidence import ALPHA
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@
     python tools/check_verdicts.py _build/test/stage/notebooks     # after the quick run of `make test`
 
 Every chapter notebook glues ``verdict_<claim>_short`` (a label picked by
-``nwlib.verdicts.decide``). ``book/verdicts.yaml`` records the label each claim
+``nwlib.book.verdicts.decide``). ``book/verdicts.yaml`` records the label each claim
 must get. Both ``make book`` (standard profile) and ``make test`` (quick profile)
 run this check, so a label that differs between the profiles, or that a change
 to the code moves, fails loudly until someone decides it and updates the file.
@@ -25,7 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nwlib.verdicts import LABELS  # noqa: E402
+from nwlib.book.verdicts import LABELS  # noqa: E402
 
 LEDGER = ROOT / "book" / "verdicts.yaml"
 

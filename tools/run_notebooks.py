@@ -8,6 +8,7 @@ the working tree stays clean.
     python tools/run_notebooks.py --profile quick
     python tools/run_notebooks.py --profile standard notebooks/ch01_attention_is_nw.ipynb
     python tools/run_notebooks.py --profile full --device cuda --timeout 3600
+    python tools/run_notebooks.py --profile full --executor process:8
 
 Parameters for notebook ``notebooks/<stem>.ipynb`` under profile ``P`` come
 from ``profiles/P/<stem>.yaml`` (a file papermill can read with ``-f``); the
@@ -178,6 +179,8 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
         params["device"] = args.device
     if args.seed is not None:
         params["seed"] = args.seed
+    if args.executor is not None and "executor" in params:  # only notebooks whose grid runs through run_sweep
+        params["executor"] = args.executor
 
     log = log_dir / f"{nb.stem}.log"
     spec_path = log_dir / f"{nb.stem}.spec.json"
@@ -291,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stage", type=Path, default=ROOT / "_build" / "stage")
     parser.add_argument("--device", default=None, help="override the notebooks' device parameter")
     parser.add_argument("--seed", type=int, default=None, help="override the notebooks' seed parameter")
+    parser.add_argument(
+        "--executor",
+        default=None,
+        help="where the notebooks' sweeps run (nwlib.sweep.run_sweep): serial, process, process:N, dask:<address>",
+    )
     parser.add_argument(
         "--timeout",
         type=float,

@@ -40,20 +40,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(module: str):
-    """A module of nwlib by path: reading manifests needs neither nwlib's package nor torch."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"_nwlib_{module}", ROOT / "nwlib" / f"{module}.py")
-    loaded = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[spec.name] = loaded  # type: ignore[union-attr]  # dataclasses look their module up
-    spec.loader.exec_module(loaded)  # type: ignore[union-attr]
-    return loaded
-
-
-read_manifests = _load("_provenance").read_manifests
-_evidence = _load("evidence")
-family_threshold, ALPHA = _evidence.family_threshold, _evidence.ALPHA
+# nwlib's book tooling and its standard of evidence import no torch (nwlib loads its numerical
+# modules on first use), so reading manifests stays quick.
+from nwlib.book._provenance import read_manifests  # noqa: E402
+from nwlib.evidence import ALPHA, family_threshold  # noqa: E402
 
 KEEP = ("value", "kind", "cls", "se", "tol")
 
@@ -100,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON here")
     parser.add_argument("--quiet", action="store_true", help="print failures only")
+    parser.add_argument(
+        "--only", nargs="+", default=None, metavar="NOTEBOOK", help="compare these notebooks only (stems or paths)"
+    )
     args = parser.parse_args(argv)
 
     entries = {f"{nb}::{key}": e for (nb, key), e in read_manifests(args.folder).items() if e["verify"]}
@@ -132,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     reference = json.loads(reference_path.read_text())["entries"]
     keys = sorted(set(reference) | set(entries))
+    if args.only:
+        wanted = {Path(name).stem for name in args.only}
+        keys = [k for k in keys if Path(k.split("::", 1)[0]).stem in wanted]
     if args.other_seed:
         keys = [k for k in keys if k in reference and seed_independent(k, reference[k])]
     n_mc = sum(1 for k in keys if k in reference and reference[k]["cls"] == "mc")

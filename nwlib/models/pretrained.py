@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._validation import require_positive_int, require_tensor
-from .multihead import MultiHeadNW
+from .._validation import require_positive_int, require_tensor
+from ..multihead import MultiHeadNW
 
 __all__ = [
     "BertConfig",

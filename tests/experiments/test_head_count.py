@@ -1,4 +1,4 @@
-"""Tests of nwlib.risk_model: the head-count targets, heads on coordinate blocks, their floors, one grid point."""
+"""Tests of nwlib.experiments.head_count: the head-count targets, heads on coordinate blocks, their floors, one grid point."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from nwlib import replicate_mse, simulate
-from nwlib.risk_model import (
+from nwlib.experiments.head_count import (
     approximation_error,
     block_conditional_mean,
     block_projections,

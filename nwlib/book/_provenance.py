@@ -135,7 +135,7 @@ def _run_facts() -> dict[str, Any]:
     status = git("status", "--porcelain", "--untracked-files=no")
     import torch
 
-    from . import __version__
+    from .. import __version__
 
     return {
         "commit": commit,

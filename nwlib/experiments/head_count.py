@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._validation import (
+from .._validation import (
     require_choice,
     require_device,
     require_dtype,
@@ -47,12 +47,12 @@ from ._validation import (
     require_real,
     require_tensor,
 )
-from .decomposition import decompose
-from .device import resolve_device
-from .montecarlo import simulate
-from .sweep import point_seed
-from .tasks import RegressionTask, make_task
-from .weighting import least_squares_weights, replicate_mse, uniform_weights
+from ..decomposition import decompose
+from ..device import resolve_device
+from ..montecarlo import simulate
+from ..sweep import point_seed
+from ..tasks import RegressionTask, make_task
+from ..weighting import least_squares_weights, replicate_mse, uniform_weights
 
 __all__ = [
     "HEAD_COUNT_TARGETS",

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from ._validation import (
+from .._validation import (
     require_choice,
     require_dtype,
     require_generator,
@@ -42,10 +42,10 @@ from ._validation import (
     require_same_dtype_device,
     require_tensor,
 )
-from .kernels import nadaraya_watson
-from .multihead import MultiHeadNW
-from .subspaces import hdi
-from .tasks import DRAW_DTYPE, RegressionTask
+from ..kernels import nadaraya_watson
+from ..multihead import MultiHeadNW
+from ..subspaces import hdi
+from ..tasks import DRAW_DTYPE, RegressionTask
 
 __all__ = [
     "AttentionRegressor",

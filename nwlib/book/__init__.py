@@ -1,18 +1,26 @@
 """Book tooling: handing computed numbers, equations and figures from a notebook to the book.
 
-Not part of the library's numerical API (and not in ``nwlib.__all__``): the
-notebooks import these with ``from nwlib.book import glue, glue_figure, glue_math``.
+Not part of the library's numerical API (and not in ``nwlib.__all__``). A notebook opens with
+:func:`start` (device, dtype, threads, profile, seed, provenance, the findings family, the
+sizes of the run) and closes with :meth:`Run.finish` (findings, elapsed time); in between it
+glues what the book quotes with :func:`glue`, :func:`glue_values`, :func:`glue_verdict`,
+:func:`glue_math` and :func:`glue_figure`. Nothing here imports torch at import time (the
+device is resolved inside :func:`start`), so tools that read results start quickly.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..evidence import Comparison, Findings
 from . import _provenance
 
-__all__ = ["glue", "glue_code", "glue_figure", "glue_math", "setup"]
+__all__ = ["Run", "glue", "glue_code", "glue_figure", "glue_math", "glue_values", "glue_verdict", "setup", "start"]
 
 
 _CLASSES = "se=<its Monte Carlo standard error>, exact=True, tol=<a floating-point tolerance> or verify=False"
@@ -53,7 +61,7 @@ def glue(
 
     The book quotes numbers only through glue, so every notebook calls this, and
     every call appends an entry to the results manifest (see
-    :mod:`nwlib._provenance`): value, its class (below), notebook, cell, profile, seed,
+    :mod:`nwlib.book._provenance`): value, its class (below), notebook, cell, profile, seed,
     device, dtype, commit, whether the working tree was dirty, versions and time. Where
     myst-nb is absent (Colab, a plain Jupyter install) the glue itself is a no-op, so that
     the notebooks still run there.
@@ -79,7 +87,8 @@ def glue(
         Key referenced from the book as ``{glue:text}`path/to/notebook.ipynb::name```.
     value : object
         Anything IPython can display: a number, a string, a matplotlib figure,
-        a sympy expression, a table.
+        a sympy expression, a table. A :class:`nwlib.evidence.Comparison` is glued as its
+        estimate with its standard error (class ``se=``).
     display : bool, default False
         Whether to also display the value in the notebook itself.
     se, exact, tol, verify
@@ -97,6 +106,10 @@ def glue(
     """
     if not isinstance(name, str) or not name:
         raise TypeError("name must be a non-empty string")
+    if isinstance(value, Comparison):  # a Monte Carlo estimate carries its own standard error
+        if se is not None:
+            raise TypeError(f"glue({name!r}): a Comparison carries its se; do not give se= as well")
+        value, se = float(value.estimate), float(value.se)
     cls = _value_class(name, value, se=se, exact=exact, tol=tol, verify=verify)
     _provenance.record(name, value, cls=cls, se=se, tol=tol, dtype=dtype, device=device)
     try:
@@ -267,3 +280,173 @@ def glue_code(name: str, text: str, language: str = "text", display: bool = True
     if not isinstance(language, str) or not language.isidentifier():
         raise ValueError(f"language must be a Pygments name such as 'bibtex', got {language!r}")
     glue(name, _GluedCode(text, language), display=display)
+
+
+def glue_values(
+    values: Mapping[str, Any], *, exact: bool | None = None, tol: float | None = None, verify: bool = True
+) -> None:
+    """Glue every ``name: value`` of a mapping, all of one class (see :func:`glue`).
+
+    Sizes of a run, a table row's numbers, a dictionary of estimates: one call instead of a
+    column of :func:`glue` lines. :class:`nwlib.evidence.Comparison` values carry their own
+    standard errors; integers, strings and booleans are exact unless ``verify=False``.
+
+    Parameters
+    ----------
+    values : Mapping[str, object]
+        Glue keys and their values, glued in the mapping's order.
+    exact, tol, verify
+        The class shared by every real number of the mapping that is not a Comparison
+        (as for :func:`glue`).
+
+    Raises
+    ------
+    TypeError
+        If ``values`` is not a mapping, or a real number is left without a class.
+    """
+    if not isinstance(values, Mapping):
+        raise TypeError(f"values must be a mapping of glue keys to values, got {type(values).__name__}")
+    for name, value in values.items():
+        if isinstance(value, Comparison):
+            glue(name, value)
+        elif _provenance.kind_of(value) in ("int", "str", "bool") or not isinstance(value, (int, float)):
+            glue(name, value, verify=verify)
+        else:
+            glue(name, value, exact=exact, tol=tol, verify=verify)
+
+
+def glue_verdict(verdict: Any, *, verify_text: bool = False) -> None:
+    """Glue a claim's verdict as the ledger reads it, and print it.
+
+    Keys: ``verdict_<claim>_short`` (the label, exact: ``tools/check_verdicts.py`` compares it
+    with ``book/verdicts.yaml``), ``verdict_<claim>`` (label and reason) and
+    ``verdict_<claim>_possible`` (the labels the evidence could have produced).
+
+    Parameters
+    ----------
+    verdict : nwlib.book.verdicts.Verdict
+        From :func:`nwlib.book.verdicts.judge` or :func:`nwlib.book.verdicts.decide`.
+    verify_text : bool, default False
+        Compare the text on reruns as well: only for a reason that quotes no computed number.
+    """
+    for attribute in ("claim", "label", "possible", "text"):
+        if not hasattr(verdict, attribute):
+            raise TypeError(f"verdict must be a Verdict from nwlib.book.verdicts, got {type(verdict).__name__}")
+    glue(f"verdict_{verdict.claim}_short", verdict.label)
+    glue(f"verdict_{verdict.claim}", verdict.text(), verify=verify_text)
+    glue(f"verdict_{verdict.claim}_possible", ", ".join(verdict.possible))
+    print(f"{verdict.claim}: {verdict.text()}")
+
+
+@dataclass
+class Run:
+    """A notebook's run, as :func:`start` set it up; :meth:`finish` closes it.
+
+    Attributes
+    ----------
+    notebook : str
+        The notebook's stem (``"ch06_head_count"``), also the findings family's name.
+    profile : str
+    seed : int
+    device : torch.device or None
+    dtype : torch.dtype or None
+    findings : nwlib.evidence.Findings
+        The notebook's family of findings, decided together in :meth:`finish`.
+    started : float
+        ``time.perf_counter()`` when :func:`start` returned.
+    """
+
+    notebook: str
+    profile: str
+    seed: int
+    device: Any
+    dtype: Any
+    findings: Findings = field(repr=False)
+    started: float = field(repr=False)
+
+    def elapsed(self) -> float:
+        """Seconds since :func:`start`."""
+        return time.perf_counter() - self.started
+
+    def finish(self) -> None:
+        """The epilogue: glue and show the findings, stop on an asserted one that fails, glue the time.
+
+        Glues ``elapsed_s`` (informational). Raises :class:`AssertionError` (from
+        :meth:`nwlib.evidence.Findings.check`) if a finding asserted under this profile does not
+        hold: then the prose must change, not the experiment.
+        """
+        self.findings.glue()  # also displays the findings table
+        glue("elapsed_s", self.elapsed(), verify=False)
+        print(f"{self.notebook}: profile {self.profile}, seed {self.seed}, {self.elapsed():.1f} s")
+        self.findings.check()
+
+
+def start(
+    notebook: str,
+    *,
+    profile: str,
+    seed: int,
+    device: Any = "auto",
+    dtype: Any = "float64",
+    threads: int | None = None,
+    sizes: Mapping[str, Any] | None = None,
+) -> Run:
+    """The prologue of a notebook: device, dtype, threads, provenance, findings, the run's sizes.
+
+    Resolves ``device`` (:func:`nwlib.resolve_device`), declares the run for every manifest
+    entry (:func:`setup`), opens the notebook's family of findings, glues ``profile`` and
+    ``device`` and every entry of ``sizes`` (exact: sizes come from the profile), and prints a
+    one-line summary.
+
+    Parameters
+    ----------
+    notebook : str
+        The notebook's stem, e.g. ``"ch06_head_count"``; names the findings family.
+    profile : str
+        The parameter profile (``"quick"``, ``"standard"``, ``"full"``).
+    seed : int
+        The notebook's seed.
+    device : str, torch.device or None, default "auto"
+        None for a notebook that computes nothing on a device (an appendix reading result files).
+    dtype : str, torch.dtype or None, default "float64"
+        The notebook's main dtype. float64 becomes float32 on Apple's MPS, which has no float64.
+    threads : int, optional
+        Number of CPU threads for torch (``torch.set_num_threads``), applied on CPU only; None
+        leaves torch's default.
+    sizes : Mapping[str, object], optional
+        Sizes and settings of the run (from the profile) to glue, exact.
+
+    Returns
+    -------
+    Run
+    """
+    if not isinstance(notebook, str) or not notebook:
+        raise TypeError("notebook must be the notebook's stem, a non-empty string")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    dev = None
+    if device is not None or dtype is not None:
+        import torch  # here, not at import time: the book tooling starts without torch
+
+        from ..device import resolve_device
+
+        if device is not None:
+            dev = resolve_device(device)
+        if isinstance(dtype, str):
+            if not isinstance(getattr(torch, dtype, None), torch.dtype):
+                raise ValueError(f"dtype must name a torch dtype such as 'float64', got {dtype!r}")
+            dtype = getattr(torch, dtype)
+        if dtype == torch.float64 and dev is not None and dev.type == "mps":
+            dtype = torch.float32
+        if threads is not None and (dev is None or dev.type == "cpu"):
+            torch.set_num_threads(threads)
+    setup(profile=profile, seed=seed, device=dev, dtype=dtype)
+    run = Run(notebook, profile, seed, dev, dtype, Findings(notebook, profile=profile), time.perf_counter())
+    glue("profile", profile)
+    glue("device", str(dev), verify=False)
+    if sizes:
+        glue_values(sizes, exact=True)
+    print(f"{notebook}: profile {profile}, seed {seed}, device {dev}, dtype {dtype}")
+    return run
