@@ -78,7 +78,7 @@ from benchmarks.references import (
     statsmodels_nw,
     to_model_layout,
 )
-from nwlib import nadaraya_watson
+from nwlib import nadaraya_watson, scott_bandwidth
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "benchmarks" / "results" / "latest.json"
@@ -147,11 +147,6 @@ class Config:
     @property
     def nw_exps(self) -> float:
         return float(self.R * self.H * self.m * self.n)
-
-
-def scott_bandwidth(n: int, d: int, sigma: float = 1.0) -> float:
-    """Scott's rule h = σ n^(-1/(d+4)), the engine's default for standard-normal projected keys."""
-    return sigma * n ** (-1.0 / (d + 4))
 
 
 def _sync(device: torch.device) -> None:

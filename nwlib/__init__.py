@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "signal_mass": "angles",
     "BandwidthSelection": "bandwidth",
     "loo_cv_score": "bandwidth",
+    "scott_bandwidth": "bandwidth",
     "select_bandwidth": "bandwidth",
     "CovarianceSplit": "combination",
     "EquicorrelatedFit": "combination",
@@ -153,6 +154,7 @@ __all__ = [
     "resolve_device",
     "rv_coefficient",
     "rv_diversity",
+    "scott_bandwidth",
     "select_bandwidth",
     "signal_mass",
     "simulate",
@@ -170,6 +172,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
     from .bandwidth import (
         BandwidthSelection,
         loo_cv_score,
+        scott_bandwidth,
         select_bandwidth,
     )
     from .combination import (

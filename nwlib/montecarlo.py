@@ -31,6 +31,7 @@ from ._validation import (
     require_same_dtype_device,
     require_tensor,
 )
+from .bandwidth import scott_bandwidth
 from .kernels import KERNELS, nadaraya_watson
 from .tasks import DRAW_DTYPE, RegressionTask
 
@@ -252,7 +253,7 @@ def _default_bandwidth(key_projections: Tensor, n: int) -> Tensor:
     # uses the same bandwidth and the heads stay comparable.
     d_k = key_projections.shape[-1]
     sigma = (key_projections.pow(2).sum(dim=(-2, -1)) / d_k).sqrt()
-    return sigma * n ** (-1.0 / (d_k + 4))
+    return scott_bandwidth(n, d_k, sigma)  # type: ignore[return-value]
 
 
 def _check_projections(name: str, w: object, reference: Tensor, dim: int) -> Tensor:

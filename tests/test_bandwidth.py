@@ -218,3 +218,24 @@ def test_bad_input_names_the_argument(call, exc, match):
     x, y = torch.randn(2, 10, 3), torch.randn(2, 10)
     with pytest.raises(exc, match=match):
         call(x, y)
+
+
+def test_scott_bandwidth_is_the_explicit_rule_and_the_engines_default():
+    from nwlib import make_task, scott_bandwidth, simulate
+
+    assert scott_bandwidth(1000, 3) == pytest.approx(1000 ** (-1 / 7))
+    assert scott_bandwidth(1000, 3, 2.5) == pytest.approx(2.5 * 1000 ** (-1 / 7))
+    sig = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    assert torch.allclose(scott_bandwidth(50, 2, sig), sig * 50 ** (-1 / 6))
+    # simulate's Gaussian default with unit-norm one-dimensional heads is Scott's rule with sigma = 1
+    task = make_task("isotropic", embed_dim=2, noise_sd=0.5)
+    W = torch.eye(2, dtype=torch.float64).reshape(2, 2, 1).transpose(0, 1).contiguous()
+    z = torch.zeros(4, 2, dtype=torch.float64)
+    a = simulate(task, W, z, n=64, replicates=2, generator=torch.Generator().manual_seed(1))
+    b = simulate(
+        task, W, z, n=64, replicates=2, generator=torch.Generator().manual_seed(1), bandwidth=scott_bandwidth(64, 1)
+    )
+    assert torch.allclose(a, b)
+    for bad, match in (((0, 1), "n"), ((10, 0), "d"), ((10, 1, "x"), "sigma")):
+        with pytest.raises((ValueError, TypeError), match=match):
+            scott_bandwidth(*bad)

@@ -16,6 +16,7 @@ PUBLIC_SIGNATURES = {
     "nadaraya_watson_weights": "(queries, keys, *, kernel='exp', bandwidth=None)",
     "resolve_device": "(device='auto')",
     "loo_cv_score": "(keys, values, bandwidth, *, kernel='gaussian')",
+    "scott_bandwidth": "(n, d, sigma=1.0)",
     "select_bandwidth": (
         "(keys, values, *, kernel='gaussian', method='loo', candidates=None, num_candidates=25, "
         "refine_steps=24, memory_budget=268435456)"
