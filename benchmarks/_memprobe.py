@@ -212,9 +212,7 @@ def engine_bound(spec: dict) -> dict:
     upper bound on the live bytes of the call, predictions included) the bound
     is its ``.total`` for the chunk used, and ``.parts`` its breakdown; with
     ``chunk_size=None`` the chunk is the largest whose ``.total`` fits the
-    default memory budget, as ``simulate`` chooses it. Without it (an older
-    nwlib) the bound is the earlier statement, ``chunk * bytes_per_replicate``
-    plus the (R, H, m) predictions, marked ``"legacy"``.
+    default memory budget, as ``simulate`` chooses it.
     """
     import nwlib.montecarlo as mc
 
@@ -222,57 +220,41 @@ def engine_bound(spec: dict) -> dict:
     R, H, m, n = spec["R"], spec["H"], spec["m"], spec["n"]
     head_data = spec.get("head_data") or "shared"
     kernel = spec.get("kernel", "gaussian")
-    budget = getattr(mc, "DEFAULT_MEMORY_BUDGET", 256 * 2**20)
-    if hasattr(mc, "memory_estimate"):
+    budget = mc.DEFAULT_MEMORY_BUDGET
 
-        def estimate(chunk: int):
-            return mc.memory_estimate(
-                num_heads=H,
-                n=n,
-                m=m,
-                embed_dim=spec["D"],
-                head_dim=spec["d"],
-                replicates=R,
-                chunk_size=chunk,
-                head_data=head_data,
-                kernel=kernel,
-                dtype=dtype,
-                device=spec["device"],
-            )
+    def estimate(chunk: int):
+        return mc.memory_estimate(
+            num_heads=H,
+            n=n,
+            m=m,
+            embed_dim=spec["D"],
+            head_dim=spec["d"],
+            replicates=R,
+            chunk_size=chunk,
+            head_data=head_data,
+            kernel=kernel,
+            dtype=dtype,
+            device=spec["device"],
+        )
 
-        chunk = spec.get("chunk_size")
-        if chunk is None:
-            chunk = next((c for c in range(R, 0, -1) if estimate(c).total <= budget), 1)
-        est = estimate(chunk)
-        return {
-            "chunk_size_used": int(chunk),
-            "bound_bytes": int(est.total),
-            "bound_parts_bytes": {str(k): int(v) for k, v in dict(est.parts).items()},
-            "bound_source": "nwlib.montecarlo.memory_estimate",
-            "memory_budget_bytes": int(budget),
-        }
-    itemsize = dtype.itemsize
-    per = mc.bytes_per_replicate(H, n, m, spec["D"], spec["d"], head_data=head_data, itemsize=itemsize)
-    chunk = spec.get("chunk_size") or max(1, min(R, budget // per))
-    output = R * H * m * itemsize
+    chunk = spec.get("chunk_size")
+    if chunk is None:
+        chunk = next((c for c in range(R, 0, -1) if estimate(c).total <= budget), 1)
+    est = estimate(chunk)
     return {
         "chunk_size_used": int(chunk),
-        "bound_bytes": int(chunk * per + output),
-        "bound_parts_bytes": {"chunk working memory": int(chunk * per), "predictions": int(output)},
-        "bound_source": "legacy: chunk * bytes_per_replicate + predictions",
+        "bound_bytes": int(est.total),
+        "bound_parts_bytes": {str(k): int(v) for k, v in dict(est.parts).items()},
+        "bound_source": "nwlib.montecarlo.memory_estimate",
         "memory_budget_bytes": int(budget),
     }
 
 
 def _observe_chunk(result: dict) -> Callable[[], None]:
     """Record the batch shape of the engine's first kernel call (its chunk); returns an undo."""
-    try:
-        import nwlib.montecarlo as mc
-    except ImportError:
-        return lambda: None
-    original = getattr(mc, "nadaraya_watson", None)
-    if original is None:
-        return lambda: None
+    import nwlib.montecarlo as mc
+
+    original = mc.nadaraya_watson
 
     def spy(queries, keys, values, **kw):
         result.setdefault("engine_first_call_keys_shape", list(keys.shape))

@@ -589,10 +589,6 @@ def engine_specs(device: str, quick: bool) -> list[dict]:
     only); the case in both sweeps is measured once. Then one case with the
     exponential kernel and one with H = 8 heads sharing the data.
     """
-    try:
-        from nwlib import simulate  # noqa: F401
-    except ImportError:
-        return []
     if quick:
         size, chunk_R, chunks, fixed, Rs, other_R = 4096, 16, (1, 4, None), 4, (16, 32, 64), 8
     else:

@@ -61,6 +61,7 @@ _EXPORTS: dict[str, str] = {
     "memory_estimate": "montecarlo",
     "simulate": "montecarlo",
     "MultiHeadNW": "multihead",
+    "split_projection": "multihead",
     "NESTED_SCHEMES": "ranking",
     "ValidationRanking": "ranking",
     "kendall_tau": "ranking",
@@ -157,6 +158,7 @@ __all__ = [
     "scott_bandwidth",
     "select_bandwidth",
     "signal_mass",
+    "split_projection",
     "simulate",
     "uniform_weights",
     "validation_ranking",
@@ -217,6 +219,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
     )
     from .multihead import (
         MultiHeadNW,
+        split_projection,
     )
     from .ranking import (
         NESTED_SCHEMES,

@@ -27,6 +27,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ._jackknife import jackknife_se
 from ._validation import (
     require_positive_int,
     require_predictions_target,
@@ -176,9 +177,7 @@ def grouped_jackknife(statistic: Callable[..., Tensor], *arrays: Tensor, groups:
         keep[:] = True
         keep[g * size : (g + 1) * size] = False
         leave_out.append(value(*(x[keep] for x in checked)))
-    stacked = torch.stack(leave_out)
-    se = ((groups - 1) / groups * (stacked - stacked.mean(0)).pow(2).sum(0)).sqrt()
-    return JackknifeEstimate(estimate=full, se=se)
+    return JackknifeEstimate(estimate=full, se=jackknife_se(torch.stack(leave_out)))
 
 
 class EquicorrelatedFit(NamedTuple):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ._jackknife import jackknife_se
 from ._validation import require_predictions_target, require_real, require_same_dtype_device, require_tensor
 
 __all__ = ["decompose", "Decomposition", "IntegratedDecomposition", "noise_covariance"]
@@ -188,7 +189,7 @@ class Decomposition:
             ens_var_loo = ens_var_pop_loo * k / (k - 1)
             cov_loo = ens_var_loo - var_loo
             bias_loo = bias_pop_loo - ens_var_loo / k
-            bias_se, var_se, cov_se = (_jackknife_se(t) for t in (bias_loo, var_loo, cov_loo))
+            bias_se, var_se, cov_se = (float(jackknife_se(t)) for t in (bias_loo, var_loo, cov_loo))
         else:
             bias_se = var_se = cov_se = math.nan
 
@@ -223,12 +224,6 @@ def ensemble_error(predictions: Tensor, target: Tensor, weights: Tensor) -> Tens
     identity weights give each head's own error. Arguments are checked by the callers.
     """
     return torch.einsum("...h,rhm->...rm", weights, predictions) - target
-
-
-def _jackknife_se(leave_one_out: Tensor) -> float:
-    r = leave_one_out.shape[0]
-    spread = leave_one_out - leave_one_out.mean()
-    return float(((r - 1) / r * spread.pow(2).sum()).sqrt())
 
 
 def decompose(predictions: Tensor, target: Tensor, weights: Tensor | None = None) -> Decomposition:

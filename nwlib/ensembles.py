@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._jackknife import jackknife_se
 from ._validation import (
     require_choice,
     require_dtype,
@@ -549,17 +550,11 @@ class Equicorrelation:
         b = require_positive_int(num_members, "num_members")
         self._require_pairs()
         v, c = self.leave_one_out[:, 0], self.leave_one_out[:, 1]
-        return _jackknife_se(c + (v - c) / b)
+        return float(jackknife_se(c + (v - c) / b))
 
     def _require_pairs(self) -> None:
         if self.num_members < 2:
             raise ValueError("the equicorrelated curve needs a mean covariance: num_members must be >= 2")
-
-
-def _jackknife_se(values: Tensor) -> float:
-    r = values.shape[0]
-    spread = values - values.mean()
-    return float(((r - 1) / r * spread.pow(2).sum()).sqrt())
 
 
 def _loo_integrated_variance(centred: Tensor) -> tuple[Tensor, Tensor]:
@@ -634,7 +629,7 @@ def equicorrelation(predictions: Tensor) -> Equicorrelation:
         c_loo = (b * u_loo - v_loo) / (b - 1)
         rho_full, rho_loo = c_full / v_full, c_loo / v_loo
         c_val, rho_val = float(c_full), float(rho_full)
-        c_se, rho_se = _jackknife_se(c_loo), _jackknife_se(rho_loo)
+        c_se, rho_se = float(jackknife_se(c_loo)), float(jackknife_se(rho_loo))
     else:
         c_loo = torch.full_like(v_loo, math.nan)
         c_val = rho_val = c_se = rho_se = math.nan
@@ -643,10 +638,10 @@ def equicorrelation(predictions: Tensor) -> Equicorrelation:
         mean_covariance=c_val,
         rho=rho_val,
         ensemble_variance=float(u_full),
-        mean_variance_se=_jackknife_se(v_loo),
+        mean_variance_se=float(jackknife_se(v_loo)),
         mean_covariance_se=c_se,
         rho_se=rho_se,
-        ensemble_variance_se=_jackknife_se(u_loo),
+        ensemble_variance_se=float(jackknife_se(u_loo)),
         num_members=b,
         replicates=r,
         leave_one_out=torch.stack([v_loo, c_loo], dim=1).cpu(),

@@ -11,7 +11,44 @@ from torch import Tensor, nn
 from ._validation import require_positive_int, require_same_dtype_device, require_tensor
 from .kernels import nadaraya_watson
 
-__all__ = ["MultiHeadNW"]
+__all__ = ["MultiHeadNW", "split_projection"]
+
+
+def split_projection(weight: Tensor, num_heads: int) -> Tensor:
+    r"""Split a projection's weight into per-head projections :math:`W^h`.
+
+    A linear layer's weight of shape (num_heads · head_dim, in_features), as
+    ``nn.Linear`` and ``nn.MultiheadAttention`` store it, produces head h's features
+    with its rows h·head_dim … (h+1)·head_dim − 1. Head h's features of an input x are
+    ``x @ split_projection(weight, num_heads)[h]``.
+
+    Parameters
+    ----------
+    weight : Tensor, shape (num_heads * head_dim, in_features)
+    num_heads : int
+        H, which must divide the number of rows.
+
+    Returns
+    -------
+    Tensor, shape (num_heads, in_features, head_dim)
+        A view of ``weight`` (no copy), of its dtype and device.
+
+    Examples
+    --------
+    >>> import torch
+    >>> w = torch.arange(12.0).reshape(4, 3)  # 2 heads of dimension 2, 3 input features
+    >>> split_projection(w, 2)[1].T  # rows 2 and 3
+    tensor([[ 6.,  7.,  8.],
+            [ 9., 10., 11.]])
+    """
+    weight = require_tensor(weight, "weight", min_dim=2)
+    num_heads = require_positive_int(num_heads, "num_heads")
+    if weight.dim() != 2 or weight.shape[0] % num_heads:
+        raise ValueError(
+            f"weight must have shape (num_heads * head_dim, in_features) with num_heads = {num_heads} dividing "
+            f"its rows, got {tuple(weight.shape)}"
+        )
+    return weight.reshape(num_heads, weight.shape[0] // num_heads, weight.shape[1]).transpose(1, 2)
 
 
 class MultiHeadNW(nn.Module):
@@ -163,7 +200,7 @@ class MultiHeadNW(nn.Module):
 
         Column block h of :math:`W_K^\\top`: head h's keys are ``key @ key_projections[h]``.
         """
-        return self.k_proj_weight.T.reshape(self.kdim, self.num_heads, self.head_dim).permute(1, 0, 2)
+        return split_projection(self.k_proj_weight, self.num_heads)
 
     def _to_batch_first(self, x: Tensor, name: str, features: int, batched: bool) -> Tensor:
         require_tensor(x, name, min_dim=2)

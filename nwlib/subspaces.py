@@ -320,7 +320,7 @@ def hdi(projections: Tensor | Sequence[Tensor], *, normalization: Normalization 
     else:
         X, scale = orthonormal_basis(P, name="projections"), d_k
     # ‖X_hᵀ X_g‖_F² for all pairs at once, shape (..., H, H).
-    overlap = torch.einsum("...hdi,...gdj->...hgij", X, X).pow(2).sum((-1, -2)) / scale
+    overlap = pairwise_overlap(X) / scale
     off_diagonal = overlap.sum((-1, -2)) - overlap.diagonal(dim1=-2, dim2=-1).sum(-1)
     return 1 - off_diagonal / (H * (H - 1))
 
@@ -330,11 +330,31 @@ def _haar_orthonormal(
 ) -> Tensor:
     """Haar-distributed D x k orthonormal frames: QR of a Gaussian matrix with the sign of diag(R) fixed."""
     G = torch.randn(*shape, D, k, generator=generator, dtype=dtype, device=device)
-    Q, R = torch.linalg.qr(G)
     # Without the sign fix QR's convention biases the frame; with it the law is Haar.
+    return sign_fixed_qr(G)
+
+
+def sign_fixed_qr(A: Tensor) -> Tensor:
+    """The orthonormal QR factor of ``A`` (..., D, k) with the signs that make diag(R) positive.
+
+    Unique for full column rank and smooth in ``A`` (a zero diagonal entry keeps its sign +1).
+    Used for Haar frames (:func:`random_subspaces`) and for the differentiable Stiefel
+    parametrisation of :func:`nwlib.models.training.optimise_subspaces`.
+    """
+    Q, R = torch.linalg.qr(A)
     signs = torch.sign(torch.diagonal(R, dim1=-2, dim2=-1))
     signs = torch.where(signs == 0, torch.ones_like(signs), signs)
     return Q * signs.unsqueeze(-2)
+
+
+def pairwise_overlap(X: Tensor) -> Tensor:
+    """``‖X_hᵀ X_g‖_F²`` for every pair of heads at once: (..., H, D, k) -> (..., H, H).
+
+    With orthonormal frames it is the sum of squared cosines of the principal angles between
+    heads h and g (:func:`principal_angles`); the HDI and the orthogonality penalty of
+    :mod:`nwlib.models.training` are its off-diagonal mean and sum.
+    """
+    return torch.einsum("...hdi,...gdj->...hgij", X, X).pow(2).sum((-1, -2))
 
 
 def equiangular_heads(

@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._seeds import require_seed
+
 __all__ = [
     "SerialExecutor",
     "canonical_key",
@@ -127,7 +129,7 @@ def point_seed(seed: int, point: Mapping[str, Any]) -> int:
     >>> point_seed(0, {"n": 256}) != point_seed(1, {"n": 256})
     True
     """
-    seed = _check_seed(seed)
+    seed = require_seed(seed)
     digest = hashlib.sha256(f"{seed}|{canonical_key(point)}".encode()).hexdigest()
     return int(digest[:16], 16) % 2**_SEED_BITS
 
@@ -356,7 +358,7 @@ def run_sweep(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    seed = _check_seed(seed)
+    seed = require_seed(seed)
     if isinstance(points, (str, bytes)) or not isinstance(points, Sequence):
         raise TypeError(f"points must be a sequence of mappings, got {type(points).__name__}")
     if not isinstance(device, str):
@@ -425,14 +427,6 @@ def run_sweep(
 
 
 # --- helpers ---------------------------------------------------------------------------
-
-
-def _check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
-    return seed
 
 
 def _worker_count(text: str, spec: str) -> int:

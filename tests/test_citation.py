@@ -48,8 +48,13 @@ def test_citation_version_is_the_package_version():
 
     cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
     assert str(cff["version"]) == nwlib.__version__
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    assert f'version = "{nwlib.__version__}"' in pyproject
+    import importlib.metadata
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["dynamic"] == ["version"], "the version has one source, nwlib.__version__"
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "nwlib.__version__"}
+    assert importlib.metadata.version("nwlib") == nwlib.__version__
 
 
 def test_repository_url_has_one_value():

@@ -121,3 +121,22 @@ def test_head_outputs_use_nadaraya_watson_default_bandwidth(generator):
             w.copy_(torch.eye(4))
     x = torch.randn(5, 4, generator=generator)
     torch.testing.assert_close(model.head_outputs(x, x, x)[0], nadaraya_watson(x, x, x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_split_projection_gives_each_heads_features_as_multiheadattention_computes_them(dtype):
+    from nwlib import split_projection
+
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(12, 3, bias=False, dtype=dtype)
+    x = torch.randn(5, 12, dtype=dtype)
+    w_q = mha.in_proj_weight[:12]
+    # torch splits the projected features into heads with a reshape of the last dimension
+    reference = torch.nn.functional.linear(x, w_q).reshape(5, 3, 4).transpose(0, 1)
+    heads = split_projection(w_q, 3)
+    assert heads.shape == (3, 12, 4) and heads.dtype == dtype
+    torch.testing.assert_close(x @ heads, reference)
+    with pytest.raises(ValueError, match="num_heads"):
+        split_projection(w_q, 5)
+    with pytest.raises(TypeError, match="weight"):
+        split_projection(w_q.tolist(), 3)

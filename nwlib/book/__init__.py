@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._seeds import require_seed
 from ..evidence import Comparison, Findings
 from . import _provenance
 
@@ -422,8 +423,7 @@ def start(
     """
     if not isinstance(notebook, str) or not notebook:
         raise TypeError("notebook must be the notebook's stem, a non-empty string")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    seed = require_seed(seed)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
     dev = None

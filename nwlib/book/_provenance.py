@@ -25,10 +25,13 @@ import json
 import math
 import os
 import subprocess
+import sys
 from functools import lru_cache
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
+
+from .._seeds import require_seed
 
 ENV_NOTEBOOK = "NWLIB_NOTEBOOK"
 SUFFIX = ".provenance.jsonl"
@@ -43,9 +46,7 @@ def set_run(*, profile: str, seed: int, device: Any, dtype: Any) -> None:
     """The run's profile, seed, device and dtype, recorded in every later entry of this process."""
     if not isinstance(profile, str) or not profile:
         raise TypeError(f"profile must be a non-empty string, got {profile!r}")
-    if isinstance(seed, bool) or not isinstance(seed, Integral):
-        raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
-    _run.update(profile=profile, seed=int(seed), device=_name(device), dtype=_name(dtype))
+    _run.update(profile=profile, seed=require_seed(seed), device=_name(device), dtype=_name(dtype))
 
 
 def _name(thing: Any) -> str | None:
@@ -53,13 +54,9 @@ def _name(thing: Any) -> str | None:
 
 
 def _scalar(value: Any) -> Any:
-    try:
-        import torch
-
-        if isinstance(value, torch.Tensor) and value.dim() == 0:
-            return value.item()
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is imported: never import it here
+    if torch is not None and isinstance(value, torch.Tensor) and value.dim() == 0:
+        return value.item()
     if hasattr(value, "item") and getattr(value, "shape", None) == ():  # numpy scalars
         return value.item()
     return value

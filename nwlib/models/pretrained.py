@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._validation import require_positive_int, require_tensor
-from ..multihead import MultiHeadNW
+from ..multihead import MultiHeadNW, split_projection
 
 __all__ = [
     "BertConfig",
@@ -271,11 +271,8 @@ class HeadProjections:
 
 def _split_rows(weight: Tensor, bias: Tensor, heads: int) -> tuple[Tensor, Tensor]:
     """(out, in) Linear weight and (out,) bias -> (H, in, d_k) projections and (H, d_k) biases."""
-    out_features, in_features = weight.shape
-    d_k = out_features // heads
-    # Rows h*d_k:(h+1)*d_k of the weight produce head h's features.
-    w = weight.reshape(heads, d_k, in_features).transpose(1, 2)
-    return w, bias.reshape(heads, d_k)
+    w = split_projection(weight, heads)
+    return w, bias.reshape(heads, w.shape[-1])
 
 
 def head_projections(

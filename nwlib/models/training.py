@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from .._seeds import require_seed
 from .._validation import (
     require_choice,
     require_dtype,
@@ -43,8 +44,8 @@ from .._validation import (
     require_tensor,
 )
 from ..kernels import nadaraya_watson
-from ..multihead import MultiHeadNW
-from ..subspaces import hdi
+from ..multihead import MultiHeadNW, split_projection
+from ..subspaces import hdi, pairwise_overlap, sign_fixed_qr
 from ..tasks import DRAW_DTYPE, RegressionTask
 
 __all__ = [
@@ -222,7 +223,7 @@ class AttentionRegressor(nn.Module):
     def query_projections(self) -> Tensor:
         """:math:`W_Q^h`, shape (H, D, d_k)."""
         a = self.attention
-        return a.q_proj_weight.T.reshape(a.embed_dim, a.num_heads, a.head_dim).permute(1, 0, 2)
+        return split_projection(a.q_proj_weight, a.num_heads)
 
     def head_weights(self) -> Tensor:
         r""":math:`\alpha_h = r^\top W_O^h w_V^h`, shape (H,): how much each head's NW estimate enters."""
@@ -275,9 +276,7 @@ def orthonormal_heads(free: Tensor, shared: Tensor | None = None) -> Tensor:
         if shared.shape[1] + free.shape[2] > free.shape[1]:
             raise ValueError("shared and free columns together must not exceed D")
         A = A - shared @ (shared.mT @ A)
-    Q, R = torch.linalg.qr(A)
-    signs = torch.sign(torch.diagonal(R, dim1=-2, dim2=-1))
-    Q = Q * torch.where(signs == 0, torch.ones_like(signs), signs).unsqueeze(-2)
+    Q = sign_fixed_qr(A)
     if shared is None:
         return Q
     return torch.cat([shared.expand(free.shape[0], -1, -1), Q], dim=-1)
@@ -312,7 +311,7 @@ def orthogonality_penalty(projections: Tensor, *, kind: str = "subspace") -> Ten
     if P.shape[-3] < 2:
         raise ValueError(f"projections must hold at least two heads, got shape {tuple(P.shape)}")
     X = torch.linalg.qr(P).Q if kind == "subspace" else P
-    overlap = torch.einsum("...hdi,...gdj->...hgij", X, X).pow(2).sum((-2, -1))
+    overlap = pairwise_overlap(X)
     off = overlap.sum((-2, -1)) - overlap.diagonal(dim1=-2, dim2=-1).sum(-1)
     return off / 2
 
@@ -447,8 +446,7 @@ def train_regressor(
     lr = require_positive_finite(lr, "lr")
     penalty = require_real(penalty, "penalty", minimum=0.0)
     require_choice(penalty_kind, "penalty_kind", PENALTIES)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    seed = require_seed(seed)
     dtype = require_dtype(dtype)
     device = torch.device(device)
     model = AttentionRegressor(
