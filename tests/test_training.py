@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nwlib import hdi, make_task, nadaraya_watson_weights, principal_angles
-from nwlib.training import (
+from nwlib.models.training import (
     AttentionRegressor,
     InContextTask,
     ensemble_mse,

@@ -1,10 +1,10 @@
-"""Tests of nwlib.verdicts: the decision table of the ledger's labels."""
+"""Tests of nwlib.book.verdicts: the decision table of the ledger's labels."""
 
 from __future__ import annotations
 
 import pytest
 
-from nwlib.verdicts import LABELS, Verdict, decide
+from nwlib.book.verdicts import LABELS, Verdict, decide
 
 REPRODUCED, UNDER, NOT_REPRODUCED, NOT_TESTABLE = LABELS
 
@@ -63,7 +63,7 @@ def test_bad_input(kwargs, exc, match):
 
 
 # --- judge: the one rule for "within the paper's conditions" ---
-from nwlib.verdicts import Case, judge, within_conditions  # noqa: E402
+from nwlib.book.verdicts import Case, judge, within_conditions  # noqa: E402
 
 PAPER = {"heads": ["heterogeneous"]}
 
