@@ -56,7 +56,7 @@ help:
 	@echo "make verify-update rerun the quick profile and rewrite verify/quick.json (a deliberate change)"
 	@echo "make robustness    rerun the quick profile with SEEDS=\"$(SEEDS)\": notebooks, findings, labels and Monte"
 	@echo "                   Carlo values against the reference; writes verify/robustness-quick.json"
-	@echo "make lint          ruff and mypy (configured in pyproject.toml)"
+	@echo "make lint          ruff check, ruff format --check and mypy (configured in pyproject.toml)"
 	@echo "make verdicts      check the verdict labels of the executed notebooks against book/verdicts.yaml"
 	@echo "make unit          pytest (tests/ and the doctests of nwlib), without the browser check"
 	@echo "make gpu-check     on a machine with a CUDA GPU: cuda tests, one notebook (full) and the"
@@ -135,6 +135,7 @@ html: $(BOOK_STAMP)
 lint: $(TEST_STAMP)
 	@rc=0; \
 	  echo "$(PY) -m ruff check ."; $(PY) -m ruff check . || rc=1; \
+	  echo "$(PY) -m ruff format --check ."; $(PY) -m ruff format --check . || rc=1; \
 	  echo "$(PY) -m mypy"; $(PY) -m mypy || rc=1; \
 	  exit $$rc
 

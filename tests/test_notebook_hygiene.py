@@ -109,3 +109,18 @@ def test_profile_values_have_the_parameters_types(path):
                 assert value in ("float32", "float64"), f"{profile}/{path.stem}.yaml: unknown dtype {value!r}"
             if name == "device":
                 assert value in ("auto", "cpu", "cuda", "mps"), f"{profile}/{path.stem}.yaml: device {value!r}"
+
+
+def test_pre_commit_runs_the_pinned_ruff_and_strips_notebooks():
+    import yaml
+
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    repos = {r["repo"].rsplit("/", 1)[-1]: r for r in config["repos"]}
+    pinned = next(
+        line.split("==")[1].strip()
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line.startswith("ruff==")
+    )
+    assert repos["ruff-pre-commit"]["rev"] == f"v{pinned}", "pre-commit's ruff must be the ruff of constraints.txt"
+    assert {h["id"] for h in repos["ruff-pre-commit"]["hooks"]} == {"ruff-check", "ruff-format"}
+    assert [h["id"] for h in repos["nbstripout"]["hooks"]] == ["nbstripout"]
