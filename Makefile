@@ -34,7 +34,11 @@ SEED        ?=
 # e.g. EXECUTOR=process:8 or EXECUTOR=dask:tcp://host:8786: where every chapter's grid of independent
 # points runs (nwlib.sweep.run_sweep); the numbers do not depend on it
 EXECUTOR    ?=
-NB_FLAGS    ?= $(if $(DEVICE),--device $(DEVICE)) $(if $(SEED),--seed $(SEED)) $(if $(EXECUTOR),--executor $(EXECUTOR))
+# Executed notebooks are reused from _build/cache when nothing they depend on changed (tools/nbcache.py:
+# the notebook, its parameters, nwlib's and the benchmarks' sources, the data, the pinned and installed
+# versions, the CPU variant); NOCACHE=1 executes every notebook.
+NOCACHE     ?=
+NB_FLAGS    ?= $(if $(DEVICE),--device $(DEVICE)) $(if $(SEED),--seed $(SEED)) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(NOCACHE),--no-cache)
 # VARIANT=portable runs the notebooks as another CPU would: torch's generic kernels (no AVX2 or
 # AVX-512) and one thread. CI runs `make test` so, against a reference made natively.
 VARIANT     ?= native
@@ -63,7 +67,7 @@ help:
 	@echo "                   quick benchmarks on the GPU; summary in _build/gpu/summary.txt"
 	@echo "make bench         run the benchmarks and update benchmarks/results/latest.json"
 	@echo "make torch         (re)install TORCH_SPEC [TORCH_INDEX_URL=...] into .venv"
-	@echo "variables: PROFILE=quick|standard|full DEVICE=cpu|cuda SEED=n EXECUTOR=serial|process:N|dask:ADDR VARIANT=native|portable TORCH_SPEC=... TORCH_INDEX_URL=... CONSTRAINTS=..."
+	@echo "variables: PROFILE=quick|standard|full DEVICE=cpu|cuda SEED=n EXECUTOR=serial|process:N|dask:ADDR NOCACHE=1 VARIANT=native|portable TORCH_SPEC=... TORCH_INDEX_URL=... CONSTRAINTS=..."
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

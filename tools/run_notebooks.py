@@ -57,6 +57,7 @@ class Result:
     seconds: float
     status: str  # "ok", "FAILED" or "TIMEOUT"
     detail: str = ""
+    cached: bool = False  # reused from the cache (tools/nbcache.py): seconds are the original run's
 
     @property
     def ok(self) -> bool:
@@ -182,6 +183,15 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
     if args.executor is not None and "executor" in params:  # only notebooks whose grid runs through run_sweep
         params["executor"] = args.executor
 
+    import nbcache  # tools/, this script's folder
+
+    key = nbcache.cache_key(nb, params)
+    if not args.no_cache:
+        hit = nbcache.lookup(args.cache_dir, nb.stem, key, out_dir)
+        if hit is not None:
+            return Result(nb.stem, args.profile, float(hit["seconds"]), "ok", "cached", cached=True)
+    before = nbcache.snapshot(out_dir)
+
     log = log_dir / f"{nb.stem}.log"
     spec_path = log_dir / f"{nb.stem}.spec.json"
     result_path = log_dir / f"{nb.stem}.result.json"
@@ -221,7 +231,10 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
         reported = json.loads(result_path.read_text())
     except (OSError, ValueError):
         reported = {"status": "FAILED", "detail": f"runner process exited with code {rc} before reporting"}
-    return result(reported["status"], reported.get("detail", ""))
+    res = result(reported["status"], reported.get("detail", ""))
+    if res.ok:
+        nbcache.store(args.cache_dir, nb.stem, key, out_dir, before, seconds=res.seconds)
+    return res
 
 
 def execute_one(spec_path: Path) -> int:
@@ -263,7 +276,7 @@ def print_summary(results: list[Result], total: float) -> None:
     print(f"{'notebook':<{width}}  {'profile':<8}  {'seconds':>8}  status")
     print(f"{'-' * width}  {'-' * 8}  {'-' * 8}  {'-' * 6}")
     for r in results:
-        status = r.status if r.ok else f"{r.status}: {r.detail}"
+        status = (f"{r.status} (cached)" if r.cached else r.status) if r.ok else f"{r.status}: {r.detail}"
         if len(status) > 100:
             status = status[:97] + "..."
         print(f"{r.notebook:<{width}}  {r.profile:<8}  {r.seconds:8.1f}  {status}")
@@ -276,7 +289,13 @@ def write_timings(path: Path, results: list[Result]) -> None:
     path.write_text(
         json.dumps(
             [
-                {"notebook": r.notebook, "profile": r.profile, "seconds": round(r.seconds, 1), "status": r.status}
+                {
+                    "notebook": r.notebook,
+                    "profile": r.profile,
+                    "seconds": round(r.seconds, 1),
+                    "status": r.status,
+                    "cached": r.cached,
+                }
                 for r in results
             ],
             indent=1,
@@ -312,6 +331,15 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="seconds allowed per cell (papermill's execution_timeout), 0 for no limit (default: --timeout)",
+    )
+    parser.add_argument(
+        "--no-cache", action="store_true", help="execute every notebook even where the cache holds its run"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=ROOT / "_build" / "cache",
+        help="executed notebooks keyed on every input (tools/nbcache.py); default _build/cache",
     )
     parser.add_argument(
         "--sources-only", action="store_true", help="refresh the staged prose and configuration, execute nothing"
@@ -351,7 +379,11 @@ def main(argv: list[str] | None = None) -> int:
         results.append(res)
         write_timings(out_dir / TIMINGS_FILE, results)
         elapsed = time.perf_counter() - started
-        print(f"{tag} {res.status} in {res.seconds:.1f} s (elapsed {elapsed:.1f} s)", flush=True)
+        how = "from the cache (a run of" if res.cached else "in"
+        print(
+            f"{tag} {res.status} {how} {res.seconds:.1f} s{')' if res.cached else ''} (elapsed {elapsed:.1f} s)",
+            flush=True,
+        )
         if not res.ok:
             print(f"    {res.detail}", flush=True)
             tail = _log_tail(log_dir / f"{nb.stem}.log")
