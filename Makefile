@@ -49,7 +49,7 @@ JB_FLAGS    ?=
 # jupyter-book writes <path-output>/_build/html; that folder is then moved to HTML.
 JB_OUT       = $(patsubst %/,%,$(HTML)).jb
 
-.PHONY: help book pdf test unit lint notebooks verdicts verify verify-compare verify-update robustness html browser-check gpu-check bench torch clean
+.PHONY: help book pdf test unit lint notebooks verdicts verify verify-compare verify-update robustness time-profile html browser-check gpu-check bench torch clean
 
 help:
 	@echo "make book          execute notebooks (PROFILE=$(PROFILE)) and build the book into $(HTML)"
@@ -60,6 +60,8 @@ help:
 	@echo "make verify-update rerun the quick profile and rewrite verify/quick.json (a deliberate change)"
 	@echo "make robustness    rerun the quick profile with SEEDS=\"$(SEEDS)\": notebooks, findings, labels and Monte"
 	@echo "                   Carlo values against the reference; writes verify/robustness-quick.json"
+	@echo "make time-profile  execute the notebooks (PROFILE=$(PROFILE)) under cProfile: where the time goes, per"
+	@echo "                   notebook, into benchmarks/results/time-profile/$(PROFILE)/ (the Performance appendix)"
 	@echo "make lint          ruff check, ruff format --check and mypy (configured in pyproject.toml)"
 	@echo "make verdicts      check the verdict labels of the executed notebooks against book/verdicts.yaml"
 	@echo "make unit          pytest (tests/ and the doctests of nwlib), without the browser check"
@@ -108,6 +110,13 @@ book: $(BOOK_STAMP)
 notebooks: $(BOOK_STAMP)
 	rm -rf $(STAGE)
 	$(NB_ENV) $(PY) tools/run_notebooks.py --profile $(PROFILE) --stage $(STAGE) $(NB_FLAGS)
+
+# make time-profile: where each notebook's time goes (nwlib.book._timeprofile), written beside the
+# benchmark results for the Performance appendix; always executes (the cache holds no profile).
+time-profile: $(BOOK_STAMP)
+	rm -rf _build/time-profile benchmarks/results/time-profile/$(PROFILE)
+	$(NB_ENV) $(PY) tools/run_notebooks.py --profile $(PROFILE) --stage _build/time-profile $(NB_FLAGS) \
+	  --time-profile benchmarks/results/time-profile/$(PROFILE)
 
 # make verify: rerun the quick profile and compare every recorded value with verify/quick.json
 # (tools/verify.py says how); make verify-update rewrites the reference from a rerun.

@@ -186,7 +186,7 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
     import nbcache  # tools/, this script's folder
 
     key = nbcache.cache_key(nb, params)
-    if not args.no_cache:
+    if not (args.no_cache or args.time_profile):  # a profile needs a run
         hit = nbcache.lookup(args.cache_dir, nb.stem, key, out_dir)
         if hit is not None:
             return Result(nb.stem, args.profile, float(hit["seconds"]), "ok", "cached", cached=True)
@@ -215,7 +215,11 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
             stdout=log_file,
             stderr=subprocess.STDOUT,
             # The kernel inherits the name: nwlib.book.glue writes <stem>.provenance.jsonl beside it.
-            env={**_child_env(), "NWLIB_NOTEBOOK": nb.stem},
+            env={
+                **_child_env(),
+                "NWLIB_NOTEBOOK": nb.stem,
+                **({"NWLIB_TIME_PROFILE": str(args.time_profile.resolve())} if args.time_profile else {}),
+            },
             cwd=str(out_dir),
             start_new_session=True,
         )
@@ -303,6 +307,43 @@ def write_timings(path: Path, results: list[Result]) -> None:
     )
 
 
+def write_time_profile(folder: Path, results: list[Result]) -> Path:
+    """Merge the per-notebook profiles with the notebooks' total times into ``<folder>/summary.json``.
+
+    A notebook's total (the runner's clock) minus its profiled part (from ``start`` to ``finish``)
+    is the kernel's start and the imports.
+    """
+    rows = []
+    for r in results:
+        path = folder / f"{r.notebook}.json"
+        if not path.is_file():
+            continue
+        record = json.loads(path.read_text())
+        seconds = dict(record["seconds"])
+        seconds["kernel start and imports"] = round(max(r.seconds - record["wall_seconds"], 0.0), 2)
+        rows.append(
+            {"notebook": r.notebook, "profile": r.profile, "total_seconds": round(r.seconds, 2), "seconds": seconds}
+        )
+    import platform
+
+    cpu = platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    summary = {
+        "machine": cpu,
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "variant": {v: os.environ.get(v) for v in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS")},
+        "date": time.strftime("%Y-%m-%d"),
+        "notebooks": rows,
+    }
+    out = folder / "summary.json"
+    out.write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"time profile of {len(rows)} notebook(s): {_rel(out)}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--execute-one"]:
@@ -331,6 +372,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="seconds allowed per cell (papermill's execution_timeout), 0 for no limit (default: --timeout)",
+    )
+    parser.add_argument(
+        "--time-profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="profile each notebook (nwlib.book._timeprofile) into DIR/<notebook>.json; implies --no-cache",
     )
     parser.add_argument(
         "--no-cache", action="store_true", help="execute every notebook even where the cache holds its run"
@@ -391,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    --- last lines of {_rel(log_dir / (nb.stem + '.log'))} ---")
                 print("    " + tail.replace("\n", "\n    "), flush=True)
     print_summary(results, time.perf_counter() - started)
+    if args.time_profile:
+        write_time_profile(args.time_profile, results)
     failed = [r.notebook for r in results if not r.ok]
     if failed:
         print(f"{len(failed)} notebook(s) failed: {', '.join(failed)}", flush=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from .._seeds import require_seed
 from ..evidence import Comparison, Findings
-from . import _provenance
+from . import _provenance, _timeprofile
 
 __all__ = ["Run", "glue", "glue_code", "glue_figure", "glue_math", "glue_values", "glue_verdict", "setup", "start"]
 
@@ -372,13 +372,15 @@ class Run:
     def finish(self) -> None:
         """The epilogue: glue and show the findings, stop on an asserted one that fails, glue the time.
 
-        Glues ``elapsed_s`` (informational). Raises :class:`AssertionError` (from
+        Glues ``elapsed_s`` (informational); under ``NWLIB_TIME_PROFILE`` also writes where the
+        time went (:mod:`nwlib.book._timeprofile`). Raises :class:`AssertionError` (from
         :meth:`nwlib.evidence.Findings.check`) if a finding asserted under this profile does not
         hold: then the prose must change, not the experiment.
         """
         self.findings.glue()  # also displays the findings table
         glue("elapsed_s", self.elapsed(), verify=False)
         print(f"{self.notebook}: profile {self.profile}, seed {self.seed}, {self.elapsed():.1f} s")
+        _timeprofile.end(self.notebook)  # where the time went, if NWLIB_TIME_PROFILE asks for it
         self.findings.check()
 
 
@@ -423,6 +425,7 @@ def start(
     """
     if not isinstance(notebook, str) or not notebook:
         raise TypeError("notebook must be the notebook's stem, a non-empty string")
+    _timeprofile.begin()  # a no-op unless NWLIB_TIME_PROFILE names a folder
     seed = require_seed(seed)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
