@@ -76,7 +76,8 @@ def notebook_imports(path: Path) -> set[str]:
 
 
 def third_party(names: set[str]) -> set[str]:
-    return {n for n in names if n not in sys.stdlib_module_names and n != "nwlib" and n != "__future__"}
+    # nwlib and benchmarks are this repository's own packages (ruff's known-first-party)
+    return {n for n in names if n not in sys.stdlib_module_names and n not in ("nwlib", "benchmarks", "__future__")}
 
 
 def constraints() -> dict[str, Requirement]:

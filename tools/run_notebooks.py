@@ -324,15 +324,10 @@ def write_time_profile(folder: Path, results: list[Result]) -> Path:
         rows.append(
             {"notebook": r.notebook, "profile": r.profile, "total_seconds": round(r.seconds, 2), "seconds": seconds}
         )
-    import platform
+    from nwlib.book.build_record import cpu_model  # imports no torch
 
-    cpu = platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     summary = {
-        "machine": cpu,
+        "machine": cpu_model(),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "variant": {v: os.environ.get(v) for v in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS")},
         "date": time.strftime("%Y-%m-%d"),

@@ -377,7 +377,8 @@ class Run:
         :meth:`nwlib.evidence.Findings.check`) if a finding asserted under this profile does not
         hold: then the prose must change, not the experiment.
         """
-        self.findings.glue()  # also displays the findings table
+        if len(self.findings):  # an appendix that states no finding glues no findings table
+            self.findings.glue()  # also displays the findings table
         glue("elapsed_s", self.elapsed(), verify=False)
         print(f"{self.notebook}: profile {self.profile}, seed {self.seed}, {self.elapsed():.1f} s")
         _timeprofile.end(self.notebook)  # where the time went, if NWLIB_TIME_PROFILE asks for it

@@ -118,18 +118,19 @@ def _plain(value: Any) -> tuple[Any, str]:
 
 
 @lru_cache(maxsize=1)
+def git_output(repo: str | Path, *args: str) -> str | None:
+    """git's stripped stdout for ``args`` run in ``repo``, or None (no git, or not a checkout)."""
+    try:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def _run_facts() -> dict[str, Any]:
     """Facts fixed for the whole process: commit, whether the tree was dirty, versions."""
-    repo = Path(__file__).resolve().parents[1]
-
-    def git(*args: str) -> str | None:
-        try:
-            return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return None
-
-    commit = git("rev-parse", "HEAD") or "unknown"
-    status = git("status", "--porcelain", "--untracked-files=no")
+    repo = Path(__file__).resolve().parents[2]  # nwlib/book/ -> the checkout
+    commit = git_output(repo, "rev-parse", "HEAD") or "unknown"
+    status = git_output(repo, "status", "--porcelain", "--untracked-files=no")
     import torch
 
     from .. import __version__

@@ -1,0 +1,450 @@
+"""Tests of nwlib.experiments.attention_is_nw: chapter 1's checks against PyTorch, the equal-norm kernel, the MISE study.
+
+References: explicit formulas written out here with loops (multi-head attention head by head, NW weights,
+leave-one-out scores, the delete-a-group jackknife), scipy's softmax, statsmodels' KernelReg (local constant,
+Gaussian) and torch.nn.MultiheadAttention for the sympy construction.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from nwlib import MultiHeadNW
+from nwlib.evidence import Comparison
+from nwlib.experiments.attention_is_nw import (
+    DTYPES,
+    MISE_PARTS,
+    TOLERANCES,
+    Agreement,
+    MiseStudy,
+    circle_weights,
+    cv_study,
+    float64_device,
+    mha_agreement,
+    mise_comparisons,
+    mise_study,
+    mise_table,
+    null_space_change,
+    random_attention,
+    sine_target,
+    smoother_demo,
+    symbolic_multihead,
+    torch_agreement,
+)
+
+# --- small helpers (references) -------------------------------------------------------------
+
+
+def _gaussian_weights_np(x0: float, x: np.ndarray, h: float) -> np.ndarray:
+    """NW weights of one query with the Gaussian kernel, float64, written out."""
+    k = np.exp(-((x - x0) ** 2) / (2 * h**2))
+    return k / k.sum()
+
+
+def _mha_by_hand(mha: torch.nn.MultiheadAttention, query, key, value) -> torch.Tensor:
+    """y = b_O + sum_h softmax(Q_h K_h^T / sqrt(dh)) V_h W_O[:, block_h]^T, head by head, batch by batch."""
+    e, heads = mha.embed_dim, mha.num_heads
+    dh = e // heads
+    w_q, w_k, w_v = mha.in_proj_weight.chunk(3)
+    b_q, b_k, b_v = mha.in_proj_bias.chunk(3)
+    w_o, b_o = mha.out_proj.weight, mha.out_proj.bias
+    out = torch.empty(query.shape[0], query.shape[1], e, dtype=query.dtype)
+    for n in range(query.shape[1]):
+        total = b_o.expand(query.shape[0], e).clone()
+        for hh in range(heads):
+            rows = slice(hh * dh, (hh + 1) * dh)
+            q = query[:, n] @ w_q[rows].T + b_q[rows]
+            k = key[:, n] @ w_k[rows].T + b_k[rows]
+            v = value[:, n] @ w_v[rows].T + b_v[rows]
+            total = total + torch.softmax(q @ k.T / math.sqrt(dh), dim=-1) @ v @ w_o[:, rows].T
+        out[:, n] = total
+    return out
+
+
+SMALL = dict(n_train=40, noise_sd=0.3, bandwidths=[0.03, 0.08, 0.2], grid=21, replicates=20, jk_groups=10)
+
+
+@pytest.fixture(scope="module")
+def study() -> MiseStudy:
+    return mise_study(**SMALL, seed=3)
+
+
+# --- C1 against PyTorch ---------------------------------------------------------------------
+
+
+def test_torch_agreement_is_rounding_and_deterministic(device):
+    a = torch_agreement(2, 2, 5, 7, 4, seed=11, device=device)
+    assert list(a.differences) == [
+        f"{c}_{t}" for t in ("f32", "f64") for c in ("nw_vs_sdpa", "nw_vs_formula", "sdpa_vs_formula")
+    ]
+    assert a.within_tolerance
+    for key, value in a.differences.items():
+        assert 0.0 <= value <= TOLERANCES[key[-3:]]
+    # float32 against a float64 formula cannot be exact: the check can see a difference
+    assert a.differences["nw_vs_formula_f32"] > 1e-9
+    assert torch_agreement(2, 2, 5, 7, 4, seed=11, device=device) == a
+    assert torch_agreement(2, 2, 5, 7, 4, seed=12, device=device) != a
+
+
+def test_agreement_flags_a_difference_above_its_dtype_tolerance():
+    assert Agreement({"x_f64": 1e-13, "y_f32": 9e-6}).within_tolerance
+    assert not Agreement({"x_f64": 1e-11}).within_tolerance
+    assert not Agreement({"y_f32": 2e-5}).within_tolerance
+    assert DTYPES == {"f32": torch.float32, "f64": torch.float64}
+
+
+@pytest.mark.parametrize("name, value", [("batch", 0), ("head_dim", 2.5), ("seed", "0")])
+def test_torch_agreement_rejects_bad_sizes(name, value):
+    kwargs = dict(batch=1, num_heads=1, queries=2, keys=3, head_dim=2, seed=0)
+    kwargs[name] = value
+    with pytest.raises((TypeError, ValueError), match=name):
+        torch_agreement(**kwargs)
+
+
+# --- C2 against PyTorch ---------------------------------------------------------------------
+
+
+def test_random_attention_draws_its_documented_stream(dtype, device):
+    case = random_attention(8, 2, seed=5, dtype=dtype, device=device, target_len=3, source_len=4, batch=2)
+    assert not case.mha.training
+    assert case.query.shape == (3, 2, 8) and case.key.shape == (4, 2, 8) and case.value.shape == (4, 2, 8)
+    assert case.query.dtype == dtype and case.mha.in_proj_weight.dtype == dtype
+    dev = torch.device(device)
+    gen = torch.Generator(device=dev).manual_seed(5)
+    for p in case.mha.parameters():  # every parameter, in order: N(0, 1) / sqrt(E), drawn in float64
+        expected = torch.randn(*p.shape, generator=gen, device=dev, dtype=torch.float64).to(dtype) / math.sqrt(8)
+        torch.testing.assert_close(p.detach(), expected, rtol=0, atol=0)
+    assert float(case.mha.out_proj.bias.detach().abs().min()) > 0
+    expected_query = torch.randn(3, 2, 8, generator=gen, device=dev, dtype=torch.float64).to(dtype)
+    torch.testing.assert_close(case.query, expected_query, rtol=0, atol=0)
+    again = random_attention(8, 2, seed=5, dtype=dtype, device=device, target_len=3, source_len=4, batch=2)
+    torch.testing.assert_close(again.value, case.value, rtol=0, atol=0)
+
+
+def test_seeded_attention_is_the_sum_of_its_heads_written_out():
+    case = random_attention(12, 3, seed=2, dtype=torch.float64, target_len=4, source_len=6, batch=2)
+    with torch.no_grad():
+        torch_out = case.mha(case.query, case.key, case.value, need_weights=False)[0]
+        by_hand = _mha_by_hand(case.mha, case.query, case.key, case.value)
+    torch.testing.assert_close(by_hand, torch_out, rtol=1e-12, atol=1e-12)
+
+
+def test_mha_agreement_is_rounding_and_deterministic(device):
+    a = mha_agreement(8, 2, seed=4, device=device)
+    assert list(a.differences) == [
+        "mha_vs_torch_f32",
+        "ensemble_vs_torch_f32",
+        "mha_vs_torch_f64",
+        "ensemble_vs_torch_f64",
+    ]
+    assert a.within_tolerance
+    assert mha_agreement(8, 2, seed=4, device=device) == a
+
+
+def test_mha_agreement_rejects_heads_that_do_not_divide_the_width():
+    with pytest.raises(ValueError, match="num_heads"):
+        mha_agreement(6, 4, seed=0)
+    with pytest.raises(ValueError, match="embed_dim"):
+        random_attention(0, 1, seed=0)
+
+
+@pytest.mark.parametrize("head", [0, 2])
+def test_null_space_move_leaves_only_its_head_unchanged(head):
+    case = random_attention(12, 3, seed=1, dtype=torch.float64, target_len=4, source_len=5, batch=2)
+    model = MultiHeadNW.from_torch(case.mha)
+    change = null_space_change(model, case.query, case.key, case.value, seed=9, head=head)
+    assert change.shape == (3,)
+    assert float(change[head]) <= 1e-12
+    others = [c for i, c in enumerate(change.tolist()) if i != head]
+    assert min(others) > 1e-3
+    # the same seed moves the keys the same way
+    again = null_space_change(model, case.query, case.key, case.value, seed=9, head=head)
+    torch.testing.assert_close(again, change, rtol=0, atol=0)
+
+
+def test_null_space_change_rejects_bad_input():
+    case = random_attention(4, 2, seed=0, dtype=torch.float64, target_len=2, source_len=3, batch=1)
+    model = MultiHeadNW.from_torch(case.mha)
+    with pytest.raises(TypeError, match="model"):
+        null_space_change(case.mha, case.query, case.key, case.value, seed=0)
+    with pytest.raises(ValueError, match="head"):
+        null_space_change(model, case.query, case.key, case.value, seed=0, head=2)
+    with pytest.raises(ValueError, match="scale"):
+        null_space_change(model, case.query, case.key, case.value, seed=0, scale=0.0)
+    with pytest.raises(ValueError, match="key"):
+        null_space_change(model, case.query, case.key[:, 0], case.value, seed=0)
+
+
+# --- C2 in sympy ----------------------------------------------------------------------------
+
+
+def test_symbolic_multihead_evaluates_to_torch_multihead_attention():
+    sp = pytest.importorskip("sympy")
+    e, heads, s = 4, 2, 2
+    c2 = symbolic_multihead(e, heads, s)
+    rng = np.random.default_rng(0)
+    mha = torch.nn.MultiheadAttention(e, heads, dtype=torch.float64)
+    w_q, w_k, w_v, w_o = (rng.normal(size=(e, e)) / 2 for _ in range(4))
+    b_o, x, keys, vals = rng.normal(size=e), rng.normal(size=(1, e)), rng.normal(size=(s, e)), rng.normal(size=(s, e))
+    with torch.no_grad():  # no input-projection biases, as in the symbolic form
+        mha.in_proj_weight.copy_(torch.from_numpy(np.concatenate([w_q, w_k, w_v])))
+        mha.in_proj_bias.zero_()
+        mha.out_proj.weight.copy_(torch.from_numpy(w_o))
+        mha.out_proj.bias.copy_(torch.from_numpy(b_o))
+        expected = mha(*(torch.from_numpy(t)[:, None] for t in (x, keys, vals)), need_weights=False)[0][0, 0]
+    symbols, numbers = [], []
+    for matrix, given in zip((c2.query, c2.keys, c2.values, *c2.weights, c2.out_bias),
+                             (x, keys, vals, w_q, w_k, w_v, w_o, b_o[None]), strict=True):  # fmt: skip
+        symbols += list(matrix)  # row-major, like numpy's ravel
+        numbers += given.ravel().tolist()
+    both = sp.lambdify([*symbols, *c2.alphas], [list(c2.mha), list(c2.ensemble)], "math")
+    for alphas in ((0.5, 2.0), (1.0, 1.0)):  # the ensemble holds for any positive head weights
+        for side in both(*numbers, *alphas):
+            torch.testing.assert_close(torch.tensor(side, dtype=torch.float64), expected, rtol=1e-12, atol=1e-12)
+    assert len(c2.mha.free_symbols | c2.ensemble.free_symbols) == 90  # the chapter's count for E=4, H=2, S=2
+
+
+def test_symbolic_multihead_rejects_heads_that_do_not_divide_the_width():
+    pytest.importorskip("sympy")
+    with pytest.raises(ValueError, match="num_heads"):
+        symbolic_multihead(3, 2, 1)
+
+
+# --- one head in one dimension --------------------------------------------------------------
+
+
+def test_sine_target_known_values():
+    x = torch.tensor([0.0, 0.25, 0.5, 0.75], dtype=torch.float64)
+    torch.testing.assert_close(sine_target(x), torch.tensor([0.0, 1.0, 0.0, -1.0], dtype=torch.float64))
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # statsmodels internals
+def test_smoother_demo_matches_statsmodels_and_explicit_weights():
+    statsmodels = pytest.importorskip("statsmodels.nonparametric.kernel_regression")
+    bws = [0.02, 0.1, 0.3]
+    demo = smoother_demo(60, 0.3, bws, seed=7, plot_points=11)
+    assert demo.fits.shape == (3, 11) and demo.weights.shape == (3, 60) and demo.n_eff.shape == (3,)
+    assert demo.n_eff.dtype == torch.float64
+    gen = torch.Generator().manual_seed(7)  # the documented stream: x, then the noise
+    x_ref = torch.rand(60, 1, generator=gen)
+    torch.testing.assert_close(demo.x, x_ref, rtol=0, atol=0)
+    torch.testing.assert_close(demo.y, sine_target(x_ref[:, 0]) + 0.3 * torch.randn(60, generator=gen), rtol=0, atol=0)
+    x, y = demo.x[:, 0].double().numpy(), demo.y.double().numpy()
+    for b, h in enumerate(bws):
+        w = _gaussian_weights_np(demo.query, x, h)
+        np.testing.assert_allclose(demo.n_eff[b].item(), 1 / (w**2).sum(), rtol=1e-10)
+        np.testing.assert_allclose(demo.weights[b].double().numpy(), w, atol=1e-5)
+        np.testing.assert_allclose(demo.fit_at_query[b].item(), w @ y, atol=1e-5)
+        if h >= 0.1:  # float32 fits; statsmodels' local-constant Gaussian regression is exactly NW
+            reg = statsmodels.KernelReg(y, x, "c", reg_type="lc", bw=np.array([h]), ckertype="gaussian")
+            fit_ref = reg.fit(demo.x_plot[:, 0].double().numpy())[0]
+            np.testing.assert_allclose(demo.fits[b].double().numpy(), fit_ref, atol=1e-5)
+
+
+def test_smoother_demo_effective_numbers_reach_their_limits():
+    demo = smoother_demo(50, 0.3, [1e-4, 1e3], seed=0)
+    assert demo.n_eff[0].item() == pytest.approx(1.0, abs=1e-6)  # a tiny bandwidth: the nearest point only
+    assert demo.n_eff[1].item() == pytest.approx(50.0, rel=1e-6)  # a huge one: every point alike
+
+
+def test_smoother_demo_rejects_bad_input():
+    with pytest.raises(ValueError, match="bandwidths"):
+        smoother_demo(10, 0.3, [0.1, -1.0], seed=0)
+    with pytest.raises(TypeError, match="bandwidths"):
+        smoother_demo(10, 0.3, "0.1", seed=0)
+    with pytest.raises(ValueError, match="noise_sd"):
+        smoother_demo(10, -0.3, [0.1], seed=0)
+    with pytest.raises(ValueError, match="n_train"):
+        smoother_demo(0, 0.3, [0.1], seed=0)
+
+
+def test_circle_weights_against_scipy_softmax_and_gaussian_formula():
+    special = pytest.importorskip("scipy.special")
+    circle = circle_weights(30, seed=2, radius=1.7)
+    q = circle.query[0].numpy()
+    assert circle.sigma == 2**0.25
+    assert bool((circle.angles.diff() >= 0).all()) and 0 <= circle.angles.min() and circle.angles.max() < 2 * math.pi
+    equal, unequal = circle.cases["equal norms"], circle.cases["unequal norms"]
+    np.testing.assert_allclose(equal.keys.norm(dim=-1).numpy(), 1.7, rtol=1e-14)
+    norms = unequal.keys.norm(dim=-1).numpy()
+    assert norms.min() >= 0.6 * 1.7 and norms.max() <= 1.4 * 1.7
+    for c in (equal, unequal):
+        k = c.keys.numpy()
+        np.testing.assert_allclose(c.attention.numpy(), special.softmax(k @ q / math.sqrt(2)), rtol=1e-12)
+        g = np.exp(-((k - q) ** 2).sum(-1) / (2 * circle.sigma**2))
+        np.testing.assert_allclose(c.gaussian.numpy(), g / g.sum(), rtol=1e-12)
+    assert equal.gap <= 1e-14 and unequal.gap > 1e-3  # the C1 statement and its limit
+    assert equal.prior_gap <= 1e-14 and unequal.prior_gap <= 1e-14
+    assert circle.max_logit == pytest.approx(1.7 * 1.4 * 1.7 / math.sqrt(2))
+    again = circle_weights(30, seed=2, radius=1.7)
+    torch.testing.assert_close(again.cases["unequal norms"].keys, unequal.keys, rtol=0, atol=0)
+
+
+def test_circle_weights_rejects_bad_input():
+    with pytest.raises(ValueError, match="radius"):
+        circle_weights(5, seed=0, radius=0.0)
+    with pytest.raises(ValueError, match="n_keys"):
+        circle_weights(0, seed=0)
+
+
+def test_float64_device_falls_back_to_the_cpu_for_mps():
+    assert float64_device("cpu") == torch.device("cpu")
+    assert float64_device("mps") == torch.device("cpu")
+    assert float64_device(torch.device("cuda", 1)) == torch.device("cuda", 1)
+
+
+# --- the Monte Carlo study ------------------------------------------------------------------
+
+
+def _parts_np(f0: np.ndarray, e: np.ndarray, f: np.ndarray) -> dict[str, np.ndarray]:
+    """The split of the MISE from (R, B, m) signal and noise fits, written out in numpy."""
+    r = f0.shape[0]
+    design = f0.var(0, ddof=1).mean(-1)
+    sq_bias = ((f0.mean(0) - f) ** 2).mean(-1) - design / r
+    mise = ((f0 + e - f) ** 2).mean(-1).mean(0)
+    noise = (e**2).mean(-1).mean(0)
+    cross = (2 * (f0 - f) * e).mean(-1).mean(0)
+    total = noise + design
+    return {"mise": mise, "sq_bias": sq_bias, "noise_var": noise, "design_var": design, "cross": cross,
+            "cross_share": cross / mise, "variance_step": np.concatenate([[0.0], np.diff(total)])}  # fmt: skip
+
+
+def _fits_np(study: MiseStudy) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Signal and noise fits (R, B, m) of every replicate with explicit float64 Gaussian weights."""
+    x = study.x[..., 0].double().numpy()
+    signal = np.sin(2 * np.pi * x)
+    noise = study.y.double().numpy() - signal
+    z = study.x_eval[:, 0].double().numpy()
+    f0 = np.empty((x.shape[0], len(study.bandwidths), z.size))
+    e = np.empty_like(f0)
+    for b, h in enumerate(study.bandwidths):
+        k = np.exp(-((z[None, :, None] - x[:, None, :]) ** 2) / (2 * h**2))  # (R, m, n)
+        w = k / k.sum(-1, keepdims=True)
+        f0[:, b] = np.einsum("rmn,rn->rm", w, signal)
+        e[:, b] = np.einsum("rmn,rn->rm", w, noise)
+    return f0, e, study.f_eval.numpy()
+
+
+def test_mise_study_shapes_and_stream(study):
+    r, b, m = SMALL["replicates"], len(SMALL["bandwidths"]), SMALL["grid"]
+    assert study.ise.shape == (r, b) and study.ise.dtype == torch.float64
+    assert study.x.shape == (r, SMALL["n_train"], 1) and study.y.shape == (r, SMALL["n_train"])
+    assert set(study.estimates) == set(study.ses) == set(MISE_PARTS)
+    assert all(v.shape == (b,) for v in study.estimates.values())
+    assert study.x_eval.shape == (m, 1) and study.f_eval.shape == (m,)
+    gen = torch.Generator().manual_seed(3)  # the documented stream: designs, then noise
+    x = torch.rand(r, SMALL["n_train"], 1, generator=gen)
+    eps = 0.3 * torch.randn(r, SMALL["n_train"], generator=gen)
+    torch.testing.assert_close(study.x, x, rtol=0, atol=0)
+    torch.testing.assert_close(study.y, sine_target(x[..., 0]) + eps, rtol=0, atol=0)
+
+
+def test_mise_study_is_deterministic(study):
+    again = mise_study(**SMALL, seed=3)
+    torch.testing.assert_close(again.ise, study.ise, rtol=0, atol=0)
+    for name in MISE_PARTS:
+        np.testing.assert_array_equal(again.ses[name], study.ses[name])
+    other = mise_study(**SMALL, seed=4)
+    assert not torch.equal(other.ise, study.ise)
+
+
+def test_mise_study_parts_match_a_numpy_reference(study):
+    f0, e, f = _fits_np(study)
+    ref = _parts_np(f0, e, f)
+    for name, value in ref.items():
+        np.testing.assert_allclose(study.estimates[name], value, rtol=2e-4, atol=1e-8, err_msg=name)
+    ise_ref = ((f0 + e - f) ** 2).mean(-1)
+    np.testing.assert_allclose(study.ise.numpy(), ise_ref, rtol=2e-4, atol=1e-9)
+    assert study.split_gap.max() <= 1e-9
+    assert study.best == int(np.argmin(ref["mise"]))
+    np.testing.assert_allclose(study.mise_se, ise_ref.std(0, ddof=1) / math.sqrt(ise_ref.shape[0]), rtol=1e-3)
+
+
+def test_mise_study_standard_errors_are_the_delete_a_group_jackknife(study):
+    f0, e, f = _fits_np(study)
+    groups, size = SMALL["jk_groups"], SMALL["replicates"] // SMALL["jk_groups"]
+    leave_out = []
+    for g in range(groups):
+        keep = np.ones(f0.shape[0], dtype=bool)
+        keep[g * size : (g + 1) * size] = False
+        leave_out.append(_parts_np(f0[keep], e[keep], f))
+    for name in ("mise", "sq_bias", "design_var", "noise_var", "cross_share", "variance_step"):
+        thetas = np.stack([lo[name] for lo in leave_out])
+        se = np.sqrt((groups - 1) / groups * ((thetas - thetas.mean(0)) ** 2).sum(0))
+        np.testing.assert_allclose(study.ses[name], se, rtol=2e-3, atol=1e-9, err_msg=name)
+    ise = ((f0 + e - f) ** 2).mean(-1)
+    ratios = []
+    for g in range(groups):
+        keep = np.ones(ise.shape[0], dtype=bool)
+        keep[g * size : (g + 1) * size] = False
+        ratios.append(ise[keep][:, [0, -1]].sum(0) / ise[keep][:, study.best].sum())
+    ratios = np.stack(ratios)
+    se = np.sqrt((groups - 1) / groups * ((ratios - ratios.mean(0)) ** 2).sum(0))
+    for i, name in enumerate(("hmin", "hmax")):
+        full = ise[:, [0, -1]].sum(0)[i] / ise[:, study.best].sum()
+        assert study.ratios[name].estimate == pytest.approx(full, rel=2e-4)
+        assert study.ratios[name].se == pytest.approx(se[i], rel=2e-3)
+
+
+def test_mise_study_without_noise_has_no_noise_variance_or_cross_term():
+    quiet = mise_study(**(SMALL | {"noise_sd": 0.0}), seed=1)
+    np.testing.assert_array_equal(quiet.estimates["noise_var"], 0.0)
+    np.testing.assert_array_equal(quiet.estimates["cross"], 0.0)
+    np.testing.assert_allclose(
+        quiet.estimates["mise"], quiet.estimates["sq_bias"] + quiet.estimates["design_var"], rtol=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    "change, name",
+    [({"replicates": 25}, "replicates"), ({"bandwidths": [0.2, 0.1]}, "bandwidths"), ({"n_train": 0}, "n_train"),
+     ({"grid": 1}, "grid"), ({"jk_groups": 1}, "jk_groups")],
+)  # fmt: skip
+def test_mise_study_rejects_bad_input(change, name):
+    with pytest.raises(ValueError, match=name):
+        mise_study(**(SMALL | change), seed=0)
+
+
+def test_mise_comparisons_and_table(study):
+    b = len(study.bandwidths)
+    bias, var = np.full(b, 2.0), np.full(b, 4.0)
+    c = mise_comparisons(study, bias, var)
+    assert all(isinstance(v, Comparison) for v in c.values())
+    k = study.best
+    assert c["mise_opt"] == (study.estimates["mise"][k], study.mise_se[k])
+    assert c["noise_ratio_opt"].estimate == pytest.approx(study.estimates["noise_var"][k] / 4.0)
+    assert c["bias_ratio_opt"].se == pytest.approx(study.ses["sq_bias"][k] / 2.0)
+    assert c["total_variance_step"] == (study.estimates["variance_step"][-1], study.ses["variance_step"][-1])
+    with pytest.raises(ValueError, match="asymptotic_sq_bias"):
+        mise_comparisons(study, bias[:-1], var)
+    table = mise_table(study)
+    assert list(table.index) == list(study.bandwidths) and len(table.columns) == 7
+    np.testing.assert_array_equal(table["design var"].to_numpy(), study.estimates["design_var"])
+
+
+def _loo_score_np(x: np.ndarray, y: np.ndarray, h: float) -> float:
+    k = np.exp(-((x[:, None] - x[None, :]) ** 2) / (2 * h**2))
+    np.fill_diagonal(k, 0.0)
+    return float(((k @ y / k.sum(1) - y) ** 2).mean())
+
+
+def test_cv_study_picks_the_leave_one_out_minimiser(study):
+    cv = cv_study(study)
+    r = SMALL["replicates"]
+    assert cv.bandwidth.shape == cv.ise_cv.shape == cv.ise_opt.shape == (r,)
+    # brute force on two replicates: no bandwidth of a fine grid scores better than the chosen one
+    grid = np.geomspace(0.01, 1.0, 400)
+    for rep in (0, 7):
+        x, y = study.x[rep, :, 0].double().numpy(), study.y[rep].double().numpy()
+        chosen = _loo_score_np(x, y, float(cv.bandwidth[rep]))
+        assert chosen <= min(_loo_score_np(x, y, h) for h in grid) * (1 + 1e-3)
+    # linearity: the fit of y at the oracle bandwidth is the study's signal + noise fit
+    torch.testing.assert_close(cv.ise_opt, study.ise[:, study.best], rtol=1e-3, atol=1e-8)
+    assert cv.ratio.estimate == pytest.approx(float(cv.ise_cv.sum() / cv.ise_opt.sum()), rel=1e-12)
+    np.testing.assert_allclose(cv.quartiles, np.quantile(cv.bandwidth.numpy(), [0.25, 0.5, 0.75]))
+    with pytest.raises(TypeError, match="study"):
+        cv_study("study")
