@@ -1,4 +1,10 @@
-r"""How many heads for a fixed width (Theorem 6.1): targets, heads on coordinate blocks, and one grid point.
+r"""How many heads for a fixed width: the experiment of chapter 6 (Theorem 6.1, claims C9 and C10).
+
+Serves ``notebooks/ch06_head_count.ipynb`` (the page ``book/ch06_head_count.md``): the targets,
+heads on coordinate blocks and their approximation floors, one grid point of the sweep, and the
+tables and summaries the chapter reads off the sweep (best head dimensions with bootstrap
+intervals, gains against the zero predictor, the census of one head against many, the growth
+fits of :math:`d_k^*` and the fits to published architectures).
 
 Under a budget :math:`D = H d_k` the heads of the experiments here are *disjoint
 coordinate blocks*: head h sees coordinates :math:`h d_k, \dots, (h+1) d_k - 1` of
@@ -25,20 +31,31 @@ up (``combination="sum"``, the analogue of :math:`W_O`) the error is
 :math:`\operatorname{Var} g_b`.
 
 :func:`head_count_point` is one grid point of the chapter's sweep (run through
-:func:`nwlib.sweep.run_sweep`): the Monte Carlo test error of every divisor pair
-:math:`(H, d_k)` at one sample size, for one target and one kernel.
+:func:`nwlib.sweep.run_sweep` by :func:`run_head_count_sweep`): the Monte Carlo test error of
+every divisor pair :math:`(H, d_k)` at one sample size, for one target and one kernel, with
+two choices of output weights (:data:`OUTPUT_WEIGHTS`: fitted by least squares, or uniform
+:math:`1/H`). :class:`HeadCountSweep` holds the sweep's per-replicate errors;
+:func:`best_head_dims`, :func:`head_count_census` and :func:`growth_fit` summarise them, and
+:func:`architecture_fits` fits the published architectures' head counts against their width.
+Tables are :mod:`pandas` DataFrames (pandas and scipy are imported where they are used: they
+come with the ``book`` extra).
 """
 
 from __future__ import annotations
 
 import cmath
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from .._seeds import require_seed
 from .._validation import (
     require_choice,
     require_device,
@@ -49,20 +66,44 @@ from .._validation import (
 )
 from ..decomposition import decompose
 from ..device import resolve_device
+from ..evidence import Comparison, mean, paired, significant
 from ..montecarlo import simulate
-from ..sweep import point_seed
+from ..sweep import grid, point_seed, run_sweep
 from ..tasks import RegressionTask, make_task
 from ..weighting import least_squares_weights, replicate_mse, uniform_weights
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 __all__ = [
-    "HEAD_COUNT_TARGETS",
     "COMBINATIONS",
+    "HEAD_COUNT_TARGETS",
+    "KERNELS",
+    "KERNEL_NAMES",
+    "OUTPUT_WEIGHTS",
+    "ArchitectureFits",
+    "ComparisonHeadDims",
+    "GrowthFit",
+    "HeadCountSweep",
     "approximation_error",
+    "architecture_fits",
+    "best_at",
+    "best_head_dims",
+    "best_summary",
     "block_conditional_mean",
     "block_projections",
+    "collect_sweep",
+    "comparison_head_dims",
     "divisor_head_dims",
+    "floor_table",
+    "growth_fit",
+    "head_count_census",
+    "head_count_grid",
     "head_count_point",
     "head_count_task",
+    "nearest_head_dim",
+    "published_architectures",
+    "run_head_count_sweep",
     "target_variance",
 ]
 
@@ -71,6 +112,22 @@ HEAD_COUNT_TARGETS: tuple[str, ...] = ("additive", "local", "global")
 
 COMBINATIONS: tuple[str, ...] = ("sum", "mean")
 """How the heads are combined in :func:`approximation_error`: added up (W_O) or averaged (1/H)."""
+
+KERNELS: tuple[str, ...] = ("gaussian", "exp")
+"""Kernels of :func:`head_count_point`: the Gaussian NW surrogate and attention's dot-product kernel."""
+
+KERNEL_NAMES: dict[str, str] = {"gaussian": "Gaussian", "exp": "dot-product"}
+"""How the chapter's prose names each of :data:`KERNELS`."""
+
+OUTPUT_WEIGHTS: tuple[str, ...] = ("fitted", "uniform")
+"""Output weights of the sweep's heads: least squares on a fitting batch (the analogue of W_O), or 1/H.
+
+Fitted weights can add the heads up; their floor is :func:`approximation_error` with ``"sum"``,
+that of uniform weights the one with ``"mean"``.
+"""
+
+_ERROR_FIELDS = {"fitted": "mse_fitted", "uniform": "mse_uniform"}  # output weights -> head_count_point field
+_FLOOR_FIELDS = {"fitted": "floor_sum", "uniform": "floor_mean"}
 
 _S2 = (1.0 - math.exp(-8.0)) / 2.0  # E sin^2(2 x) for x ~ N(0, 1); E sin(2x) = 0
 
@@ -377,7 +434,8 @@ def head_count_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
       z ~ N(0, I_D) against fresh noisy responses there, on which the output weights
       (:func:`nwlib.least_squares_weights`, the analogue of W_O) are fitted;
     * an *evaluation* batch of ``replicates`` training sets, evaluated at m other points,
-      where each combination's integrated squared error against f is recorded per replicate.
+      where the integrated squared error against f of each choice of output weights
+      (:data:`OUTPUT_WEIGHTS`: fitted, uniform) is recorded per replicate.
 
     Within a batch every d_k sees the same training sets (one generator seed per batch), so
     differences between head dimensions are paired. Kernels (our choices): ``"gaussian"`` is
@@ -409,7 +467,7 @@ def head_count_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
         ``mse_uniform`` and ``mse_fitted`` (each a list of ``replicates`` per-replicate
         integrated squared errors), ``weights_fitted``, ``mean_correlation`` (between heads,
         NaN for one head), ``bias_sq_uniform``, ``bias_sq_fitted``, ``variance_fitted``
-        (variance + covariance of the fitted combination); ``floor_sum`` and ``floor_mean``, the
+        (variance + covariance with the fitted output weights); ``floor_sum`` and ``floor_mean``, the
         approximation error on the evaluation points (:func:`block_conditional_mean` summed or
         averaged against f); ``mse_zero``, the integrated
         squared error of predicting 0 (the mean of f² over the evaluation points); and ``device``.
@@ -424,7 +482,7 @@ def head_count_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
     missing = [k for k in _POINT_KEYS if k not in point]
     if missing:
         raise ValueError(f"point lacks the coordinate(s) {missing}")
-    kernel = require_choice(point["kernel"], "kernel", ("gaussian", "exp"))
+    kernel = require_choice(point["kernel"], "kernel", KERNELS)
     n = require_positive_int(point["n"], "n")
     dim = require_positive_int(point["embed_dim"], "embed_dim")
     reps = require_positive_int(point["replicates"], "replicates")
@@ -433,8 +491,7 @@ def head_count_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
     if reps < 3:
         raise ValueError(f"replicates must be >= 3 (jackknife standard errors), got {reps}")
     task = head_count_task(point["target"], dim, noise_sd=point["noise_sd"])
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    seed = require_seed(seed)
     dev = resolve_device(device)
     dtype = torch.float32 if dev.type == "mps" else torch.float64
 
@@ -513,3 +570,834 @@ def head_count_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
     out["mse_zero"] = float(f_eval.double().pow(2).mean())
     out["device"] = str(dev)
     return out
+
+
+# --- the sweep and its tables ------------------------------------------------------------
+
+
+class ComparisonHeadDims(NamedTuple):
+    """The head dimensions the chapter's statements compare, for one width D (ascending).
+
+    Attributes
+    ----------
+    small : int
+        The second divisor of D (``k_small``: 2 for D = 12).
+    middle : int
+        The largest divisor d with d² <= D (``k_mid``: 3 for D = 12).
+    half : int
+        The second largest divisor (``k_half``: D/2 for even D).
+    largest : int
+        D itself: one head of dimension D.
+    """
+
+    small: int
+    middle: int
+    half: int
+    largest: int
+
+
+def comparison_head_dims(embed_dim: int) -> ComparisonHeadDims:
+    """The head dimensions the chapter compares: the second, central, second largest and largest divisors of D.
+
+    Parameters
+    ----------
+    embed_dim : int
+        D, with at least four divisors (1, two between, and D).
+
+    Returns
+    -------
+    ComparisonHeadDims
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``embed_dim`` is not a positive int or has fewer than four divisors.
+
+    Examples
+    --------
+    >>> comparison_head_dims(12)
+    ComparisonHeadDims(small=2, middle=3, half=6, largest=12)
+    """
+    dims = divisor_head_dims(embed_dim)
+    if len(dims) < 4:
+        raise ValueError(f"embed_dim must have at least four divisors for the comparisons, got {embed_dim} ({dims})")
+    middle = max(k for k in dims if k * k <= embed_dim)
+    return ComparisonHeadDims(small=dims[1], middle=middle, half=dims[-2], largest=dims[-1])
+
+
+def floor_table(embed_dim: int) -> pd.DataFrame:
+    """The approximation floors A(d_k) of every target, both combinations and every divisor d_k of D.
+
+    Parameters
+    ----------
+    embed_dim : int
+        D (>= 3).
+
+    Returns
+    -------
+    pandas.DataFrame, shape (number of divisors, 6)
+        Index ``d_k`` (ascending divisors of D); columns ``(target, combination)`` for every target of
+        :data:`HEAD_COUNT_TARGETS` and combination of :data:`COMBINATIONS`; entries
+        :func:`approximation_error`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``embed_dim`` is not an int >= 3.
+
+    Examples
+    --------
+    >>> table = floor_table(4)
+    >>> table.index.tolist(), table[("local", "sum")].round(4).tolist(), table[("local", "mean")].round(4).tolist()
+    ([1, 2, 4], [0.4997, 0.2498, 0.0], [0.4997, 0.3123, 0.0])
+    """
+    import pandas as pd
+
+    dim = require_positive_int(embed_dim, "embed_dim", minimum=3)
+    dims = divisor_head_dims(dim)
+    columns = pd.MultiIndex.from_tuples(
+        [(t, c) for t in HEAD_COUNT_TARGETS for c in COMBINATIONS], names=["target", "combination"]
+    )
+    data = {
+        (t, c): [approximation_error(t, k, dim, combination=c) for k in dims]
+        for t in HEAD_COUNT_TARGETS
+        for c in COMBINATIONS
+    }
+    return pd.DataFrame(data, index=pd.Index(dims, name="d_k"), columns=columns)
+
+
+def head_count_grid(
+    *,
+    embed_dim: int,
+    sample_sizes: Sequence[int],
+    replicates: int,
+    replicates_fit: int,
+    num_eval_points: int,
+    noise_sd: float,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """The chapter's grid of independent points: every target × kernel × n (see :func:`head_count_point`).
+
+    Every point of a target shares its evaluation points (``eval_seed = seed``), so that errors compare
+    across n and kernels on one quadrature; each point's own seed comes from its coordinates
+    (:func:`nwlib.sweep.point_seed`).
+
+    Parameters
+    ----------
+    embed_dim : int
+        D.
+    sample_sizes : sequence of int
+        The training-set sizes n.
+    replicates, replicates_fit : int
+        Training sets of the evaluation batch (>= 3) and of the fitting batch.
+    num_eval_points : int
+        m, the number of evaluation (and fitting) points.
+    noise_sd : float
+        σ.
+    seed : int
+        The sweep's seed (>= 0), also the points' ``eval_seed``.
+
+    Returns
+    -------
+    list of dict
+        Targets vary slowest, then kernels, then n (ascending as given).
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad size (named in the message).
+
+    Examples
+    --------
+    >>> points = head_count_grid(embed_dim=12, sample_sizes=[128, 512], replicates=4, replicates_fit=2,
+    ...                          num_eval_points=16, noise_sd=0.5, seed=0)
+    >>> len(points), points[0]["target"], points[0]["kernel"], points[0]["n"], points[0]["m"]
+    (12, 'additive', 'gaussian', 128, 16)
+    """
+    dim = require_positive_int(embed_dim, "embed_dim")
+    if isinstance(sample_sizes, (str, bytes)) or not isinstance(sample_sizes, Sequence) or not sample_sizes:
+        raise TypeError("sample_sizes must be a non-empty sequence of ints")
+    sizes = [require_positive_int(n, "sample_sizes") for n in sample_sizes]
+    seed = require_seed(seed)
+    return grid(
+        target=list(HEAD_COUNT_TARGETS),
+        kernel=list(KERNELS),
+        n=sizes,
+        embed_dim=[dim],
+        replicates=[require_positive_int(replicates, "replicates", minimum=3)],
+        replicates_fit=[require_positive_int(replicates_fit, "replicates_fit")],
+        m=[require_positive_int(num_eval_points, "num_eval_points")],
+        noise_sd=[require_real(noise_sd, "noise_sd", minimum=0.0)],
+        eval_seed=[seed],
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class HeadCountSweep:
+    """The head-count sweep's results, arranged by configuration (from :func:`collect_sweep`).
+
+    Attributes
+    ----------
+    points : list of dict
+        The grid points (:func:`head_count_grid`).
+    results : list of dict
+        :func:`head_count_point`'s result for each point.
+    head_dims : list of int
+        The divisors d_k of D, ascending (the rows of every error array).
+    errors : dict
+        ``(target, kernel, n, output_weights) -> ndarray, shape (len(head_dims), R)``: the per-replicate
+        integrated squared errors of the evaluation batch, every d_k on the same training sets.
+    zero_error : dict
+        ``(target, kernel, n) -> float``: the error of predicting 0 on the point's evaluation points.
+    table : pandas.DataFrame
+        One row per (target, kernel, n, output_weights, head_dim): ``num_heads``, ``mse`` (mean over
+        replicates), ``se`` (its standard error), ``mse_zero``, ``rho`` (mean correlation between heads)
+        and ``floor`` (the approximation error of these output weights on the evaluation points).
+    seconds : float
+        Wall-clock time of the sweep (informational; NaN where unknown).
+    """
+
+    points: list[dict[str, Any]]
+    results: list[dict[str, Any]]
+    head_dims: list[int]
+    errors: dict[tuple[str, str, int, str], np.ndarray] = field(repr=False)
+    zero_error: dict[tuple[str, str, int], float] = field(repr=False)
+    table: pd.DataFrame = field(repr=False)
+    seconds: float = math.nan
+
+    @property
+    def sample_sizes(self) -> list[int]:
+        """The sweep's training-set sizes n, ascending."""
+        return sorted({int(p["n"]) for p in self.points})
+
+    @property
+    def embed_dim(self) -> int:
+        """D."""
+        return int(self.points[0]["embed_dim"])
+
+    def _n(self, n: int | None) -> int:
+        if n is None:
+            return self.sample_sizes[-1]
+        if n not in self.sample_sizes:
+            raise ValueError(f"n must be one of the sweep's sample sizes {self.sample_sizes}, got {n!r}")
+        return int(n)
+
+    def series(self, target: str, kernel: str, output_weights: str, head_dim: int, n: int | None = None) -> Tensor:
+        """Per-replicate errors of one configuration, for :func:`nwlib.evidence.paired`.
+
+        Parameters
+        ----------
+        target, kernel, output_weights : str
+            See :data:`HEAD_COUNT_TARGETS`, :data:`KERNELS`, :data:`OUTPUT_WEIGHTS`.
+        head_dim : int
+            d_k, a divisor of D.
+        n : int, optional
+            One of the sweep's sample sizes (default: the largest).
+
+        Returns
+        -------
+        Tensor, shape (R,)
+            Float64; replicate r of every head dimension comes from the same training set.
+
+        Raises
+        ------
+        ValueError
+            On a configuration the sweep does not hold (the argument named).
+        """
+        key = (
+            require_choice(target, "target", HEAD_COUNT_TARGETS),
+            require_choice(kernel, "kernel", KERNELS),
+            self._n(n),
+            require_choice(output_weights, "output_weights", OUTPUT_WEIGHTS),
+        )
+        if head_dim not in self.head_dims:
+            raise ValueError(f"head_dim must be one of {self.head_dims}, got {head_dim!r}")
+        return torch.from_numpy(self.errors[key][self.head_dims.index(head_dim)])
+
+    def by_head_dim(self, target: str, kernel: str, output_weights: str, n: int | None = None) -> dict[int, Tensor]:
+        """:meth:`series` of every head dimension, keyed by d_k (arguments as for :meth:`series`)."""
+        return {k: self.series(target, kernel, output_weights, k, n) for k in self.head_dims}
+
+    def gain(self, target: str, kernel: str, output_weights: str, head_dim: int, n: int | None = None) -> Comparison:
+        r"""The share (%) of the zero predictor's error that one configuration removes, with its SE.
+
+        The mean over replicates of :math:`100\,(1 - e_r / e_0)`, with :math:`e_0` the error of
+        predicting 0 on the same evaluation points (:func:`nwlib.evidence.mean`). Arguments as for
+        :meth:`series`.
+        """
+        e = self.series(target, kernel, output_weights, head_dim, n)
+        return mean(100 * (1 - e / self.zero_error[(target, kernel, self._n(n))]))
+
+    def row(self, target: str, kernel: str, output_weights: str, head_dim: int, n: int | None = None) -> pd.Series:
+        """One row of :attr:`table` (arguments as for :meth:`series`)."""
+        self.series(target, kernel, output_weights, head_dim, n)  # validates the configuration
+        t = self.table
+        sel = t[
+            (t.target == target)
+            & (t.kernel == kernel)
+            & (t.output_weights == output_weights)
+            & (t.n == self._n(n))
+            & (t.head_dim == head_dim)
+        ]
+        return sel.iloc[0]
+
+    def correlation_range(self, kernel: str = "gaussian", n: int | None = None) -> tuple[float, float]:
+        """Smallest and largest mean correlation between heads (H > 1) over the targets, at one n.
+
+        Parameters
+        ----------
+        kernel : str, default "gaussian"
+        n : int, optional
+            Default: the largest sample size.
+
+        Returns
+        -------
+        (float, float)
+        """
+        kernel = require_choice(kernel, "kernel", KERNELS)
+        t = self.table
+        sel = t[(t.kernel == kernel) & (t.output_weights == "uniform") & (t.num_heads > 1) & (t.n == self._n(n))]
+        return float(sel.rho.min()), float(sel.rho.max())
+
+
+def collect_sweep(
+    points: Sequence[Mapping[str, Any]], results: Sequence[Mapping[str, Any]], *, seconds: float = math.nan
+) -> HeadCountSweep:
+    """Arrange the results of the head-count grid points by configuration.
+
+    Parameters
+    ----------
+    points : sequence of Mapping
+        Grid points with ``target``, ``kernel``, ``n`` and ``embed_dim`` (:func:`head_count_grid`).
+    results : sequence of Mapping
+        :func:`head_count_point`'s result for each point, in the same order.
+    seconds : float, optional
+        The sweep's wall-clock time, kept as :attr:`HeadCountSweep.seconds`.
+
+    Returns
+    -------
+    HeadCountSweep
+
+    Raises
+    ------
+    TypeError, ValueError
+        If the two sequences differ in length, are empty, or a result lacks a field or holds
+        other head dimensions than the first.
+    """
+    import pandas as pd
+
+    if isinstance(points, (str, bytes)) or not isinstance(points, Sequence) or not points:
+        raise TypeError("points must be a non-empty sequence of grid points")
+    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence) or len(results) != len(points):
+        raise ValueError(f"results must hold one result per point ({len(points)}), got {len(results)}")
+    fields = ("head_dims", "mse_zero", "mean_correlation", *_ERROR_FIELDS.values(), *_FLOOR_FIELDS.values())
+    head_dims = [int(k) for k in results[0]["head_dims"]] if "head_dims" in results[0] else []
+    errors: dict[tuple[str, str, int, str], np.ndarray] = {}
+    zero_error: dict[tuple[str, str, int], float] = {}
+    rows = []
+    for p, r in zip(points, results, strict=True):
+        missing = [f for f in fields if f not in r]
+        if missing:
+            raise ValueError(f"results: a result lacks the field(s) {missing}")
+        if list(r["head_dims"]) != head_dims:
+            raise ValueError(f"results must all hold the head dimensions {head_dims}, got {r['head_dims']}")
+        dim = int(p["embed_dim"])
+        zero_error[(p["target"], p["kernel"], p["n"])] = r["mse_zero"]
+        for weights, key in _ERROR_FIELDS.items():
+            arr = np.asarray(r[key])
+            errors[(p["target"], p["kernel"], p["n"], weights)] = arr
+            floors = r[_FLOOR_FIELDS[weights]]
+            for i, k in enumerate(head_dims):
+                rows.append(
+                    dict(
+                        target=p["target"],
+                        kernel=p["kernel"],
+                        n=p["n"],
+                        output_weights=weights,
+                        head_dim=k,
+                        num_heads=dim // k,
+                        mse=arr[i].mean(),
+                        se=arr[i].std(ddof=1) / math.sqrt(arr.shape[1]),
+                        mse_zero=r["mse_zero"],
+                        rho=r["mean_correlation"][i],
+                        floor=floors[i],
+                    )
+                )
+    return HeadCountSweep(
+        points=[dict(p) for p in points],
+        results=[dict(r) for r in results],
+        head_dims=head_dims,
+        errors=errors,
+        zero_error=zero_error,
+        table=pd.DataFrame(rows),
+        seconds=float(seconds),
+    )
+
+
+def run_head_count_sweep(
+    *,
+    embed_dim: int,
+    sample_sizes: Sequence[int],
+    replicates: int,
+    replicates_fit: int,
+    num_eval_points: int,
+    noise_sd: float,
+    seed: int,
+    executor: Any = "serial",
+    path: str | Path | None = None,
+    device: str = "cpu",
+    progress: bool = False,
+) -> HeadCountSweep:
+    """The chapter's sweep: :func:`head_count_grid` run through :func:`nwlib.sweep.run_sweep`, then collected.
+
+    Parameters
+    ----------
+    embed_dim, sample_sizes, replicates, replicates_fit, num_eval_points, noise_sd, seed
+        As for :func:`head_count_grid`.
+    executor : str or concurrent.futures.Executor, default "serial"
+        Where the points run (:func:`nwlib.sweep.open_executor`): ``"serial"``, ``"process:N"``,
+        ``"dask:tcp://host:8786"``; the results do not depend on it.
+    path : str or Path, optional
+        JSON-lines file of finished points (a rerun resumes from it); default: in memory.
+    device : str, default "cpu"
+        Passed to every point unchanged (``"auto"``: each worker picks its accelerator).
+    progress : bool, default False
+        Show a progress bar.
+
+    Returns
+    -------
+    HeadCountSweep
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad argument (named in the message).
+    """
+    points = head_count_grid(
+        embed_dim=embed_dim,
+        sample_sizes=sample_sizes,
+        replicates=replicates,
+        replicates_fit=replicates_fit,
+        num_eval_points=num_eval_points,
+        noise_sd=noise_sd,
+        seed=seed,
+    )
+    started = time.perf_counter()
+    results = run_sweep(
+        head_count_point,
+        points,
+        seed=seed,
+        executor=executor,
+        path=path or None,
+        device=device,
+        progress=progress,
+        desc="ch06 sweep",
+    )
+    return collect_sweep(points, results, seconds=time.perf_counter() - started)
+
+
+def best_head_dims(sweep: HeadCountSweep, *, bootstrap: int, seed: int) -> pd.DataFrame:
+    """The best head dimension of every configuration, with a bootstrap over the evaluation batch.
+
+    For each (target, kernel, n, output weights), :math:`d_k^*` is the head dimension with the
+    smallest mean error over the replicates. Each bootstrap resample draws R replicates with
+    replacement, the same resample for every d_k (they share training sets), and recomputes
+    :math:`d_k^*`. The resamples are ``numpy.random.default_rng(seed).integers(0, R, (bootstrap, R))``,
+    shared by every configuration.
+
+    Parameters
+    ----------
+    sweep : HeadCountSweep
+    bootstrap : int
+        Number of resamples (>= 1).
+    seed : int
+        Seed of numpy's generator.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per configuration (in the order of :attr:`HeadCountSweep.errors`): ``target``,
+        ``kernel``, ``n``, ``output_weights``, ``best_head_dim``, ``support`` (share of resamples
+        that agree with it), ``lo`` and ``hi`` (the 2.5 % and 97.5 % quantiles of the resampled
+        :math:`d_k^*`, inverted CDF), ``boot_mean`` and ``boot_sd`` (ddof 1).
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad ``sweep``, ``bootstrap`` or ``seed``, or error arrays of different replicate counts.
+    """
+    import pandas as pd
+
+    if not isinstance(sweep, HeadCountSweep):
+        raise TypeError(f"sweep must be a HeadCountSweep, got {type(sweep).__name__}")
+    count = require_positive_int(bootstrap, "bootstrap")
+    seed = require_seed(seed)
+    reps = {arr.shape[1] for arr in sweep.errors.values()}
+    if len(reps) != 1:
+        raise ValueError(f"sweep: every configuration must have the same number of replicates, got {sorted(reps)}")
+    (replicates,) = reps
+    resample = np.random.default_rng(seed).integers(0, replicates, size=(count, replicates))
+    dims = np.asarray(sweep.head_dims)
+    rows = []
+    for (target, kernel, n, weights), arr in sweep.errors.items():
+        point = dims[arr.mean(1).argmin()]
+        boot = dims[arr[:, resample].mean(-1).argmin(0)]
+        lo, hi = np.quantile(boot, [0.025, 0.975], method="inverted_cdf")
+        rows.append(
+            dict(
+                target=target,
+                kernel=kernel,
+                n=n,
+                output_weights=weights,
+                best_head_dim=int(point),
+                support=float((boot == point).mean()),
+                lo=int(lo),
+                hi=int(hi),
+                boot_mean=float(boot.mean()),
+                boot_sd=float(boot.std(ddof=1)) if count > 1 else math.nan,
+            )
+        )
+    return pd.DataFrame(rows)
+
+
+def best_at(best: pd.DataFrame, target: str, kernel: str, output_weights: str, n: int | None = None) -> Any:
+    """The rows of :func:`best_head_dims` for one configuration: over n (sorted), or the row at one n.
+
+    Parameters
+    ----------
+    best : pandas.DataFrame
+        From :func:`best_head_dims`.
+    target, kernel, output_weights : str
+    n : int, optional
+        One sample size: return its row (a Series); default: every n (a DataFrame, ascending n).
+
+    Raises
+    ------
+    ValueError
+        If the table holds no such configuration.
+    """
+    sel = best[(best.target == target) & (best.kernel == kernel) & (best.output_weights == output_weights)]
+    if n is not None:
+        sel = sel[sel.n == n]
+    if sel.empty:
+        raise ValueError(
+            f"best holds no row for target={target!r}, kernel={kernel!r}, output_weights={output_weights!r}, n={n!r}"
+        )
+    return sel.sort_values("n") if n is None else sel.iloc[0]
+
+
+def best_summary(best: pd.DataFrame, kernel: str = "gaussian") -> pd.DataFrame:
+    """The best head dimension of every (target, output weights) at the largest and at the smallest n.
+
+    Parameters
+    ----------
+    best : pandas.DataFrame
+        From :func:`best_head_dims`.
+    kernel : str, default "gaussian"
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index (``target``, ``output_weights``) in the order of :data:`HEAD_COUNT_TARGETS` ×
+        :data:`OUTPUT_WEIGHTS`; columns ``best_head_dim`` (at the largest n), ``support`` (its
+        bootstrap support in %), ``interval`` (the text ``"[lo, hi]"`` of its 95 % bootstrap
+        interval) and ``best_head_dim_nmin`` (:math:`d_k^*` at the smallest n).
+
+    Raises
+    ------
+    ValueError
+        If ``best`` lacks a configuration.
+    """
+    import pandas as pd
+
+    kernel = require_choice(kernel, "kernel", KERNELS)
+    rows = {}
+    for target in HEAD_COUNT_TARGETS:
+        for weights in OUTPUT_WEIGHTS:
+            over_n = best_at(best, target, kernel, weights)
+            last, first = over_n.iloc[-1], over_n.iloc[0]
+            rows[(target, weights)] = dict(
+                best_head_dim=int(last.best_head_dim),
+                support=float(100 * last.support),
+                interval=f"[{last.lo}, {last.hi}]",
+                best_head_dim_nmin=int(first.best_head_dim),
+            )
+    index = pd.MultiIndex.from_tuples(list(rows), names=["target", "output_weights"])
+    return pd.DataFrame(list(rows.values()), index=index)
+
+
+def head_count_census(sweep: HeadCountSweep, n: int | None = None) -> pd.DataFrame:
+    """D heads of dimension 1 against one head of dimension D, in every (target, kernel, output weights).
+
+    A descriptive table: each row is the paired difference of the errors (d_k = 1 minus d_k = D, same
+    training sets, :func:`nwlib.evidence.paired`) at one n, and ``significant`` marks the rows that
+    differ from 0 two-sided with Holm within the table (:func:`nwlib.evidence.significant`).
+
+    Parameters
+    ----------
+    sweep : HeadCountSweep
+    n : int, optional
+        Default: the largest sample size.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Rows in the order target × kernel × output weights; columns ``target``, ``kernel``,
+        ``output_weights``, ``small_minus_large``, ``se``, ``significant``.
+    """
+    import pandas as pd
+
+    if not isinstance(sweep, HeadCountSweep):
+        raise TypeError(f"sweep must be a HeadCountSweep, got {type(sweep).__name__}")
+    small, large = sweep.head_dims[0], sweep.head_dims[-1]
+    cases = [(t, k, w) for t in HEAD_COUNT_TARGETS for k in KERNELS for w in OUTPUT_WEIGHTS]
+    comparisons = [paired(sweep.series(*case, small, n), sweep.series(*case, large, n)) for case in cases]
+    decided = significant(comparisons)
+    return pd.DataFrame(
+        [
+            dict(target=t, kernel=k, output_weights=w, small_minus_large=c.estimate, se=c.se, significant=s)
+            for (t, k, w), c, s in zip(cases, comparisons, decided, strict=True)
+        ]
+    )
+
+
+def nearest_head_dim(values: Any, head_dims: Sequence[int]) -> np.ndarray:
+    """For each value, the head dimension of the grid nearest to it on the log scale.
+
+    Parameters
+    ----------
+    values : array_like, shape (k,)
+        Positive values (clipped at 1e-9 below).
+    head_dims : sequence of int
+        The grid.
+
+    Returns
+    -------
+    ndarray of int, shape (k,)
+
+    Examples
+    --------
+    >>> nearest_head_dim([1.3, 1.5, 2.9, 100.0], [1, 2, 4, 12]).tolist()
+    [1, 2, 4, 12]
+    """
+    dims = np.asarray(head_dims)
+    if dims.ndim != 1 or dims.size == 0 or np.any(dims <= 0):
+        raise ValueError(f"head_dims must be a non-empty sequence of positive ints, got {head_dims!r}")
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 1:
+        raise ValueError(f"values must be 1-dimensional, got shape {v.shape}")
+    return dims[np.abs(np.log(np.maximum(v, 1e-9))[:, None] - np.log(dims)[None, :]).argmin(1)]
+
+
+@dataclass(frozen=True)
+class GrowthFit:
+    r"""A logarithmic law :math:`a + c\log n` and a power law :math:`C n^\gamma` fitted to :math:`d_k^*` over n.
+
+    Attributes
+    ----------
+    sample_sizes : ndarray, shape (k,)
+        The n of the fit, ascending.
+    best_head_dims : list of int
+        :math:`d_k^*` at each n.
+    log_intercept, log_slope : float
+        a and c (least squares of the bootstrap means on log n).
+    gamma, log_scale : float
+        γ and log C (least squares of log bootstrap means on log n).
+    max_gap : float
+        Largest difference of the two laws on ``grid_n``.
+    spread : float
+        The median bootstrap standard deviation of :math:`d_k^*` over n.
+    same_choice : bool
+        Whether the two laws pick the same head dimension of the grid (:func:`nearest_head_dim`) at
+        every simulated n.
+    grid_n, fit_log, fit_pow : ndarray
+        The two laws on a log-spaced grid of n, for figures.
+    """
+
+    sample_sizes: np.ndarray
+    best_head_dims: list[int]
+    log_intercept: float
+    log_slope: float
+    gamma: float
+    log_scale: float
+    max_gap: float
+    spread: float
+    same_choice: bool
+    grid_n: np.ndarray = field(repr=False)
+    fit_log: np.ndarray = field(repr=False)
+    fit_pow: np.ndarray = field(repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        """The readings the chapter quotes: slope, exponent, gap, spread, first and last d_k*, same choice."""
+        return dict(
+            log_slope=self.log_slope,
+            gamma=self.gamma,
+            max_gap=self.max_gap,
+            spread=self.spread,
+            first=self.best_head_dims[0],
+            last=self.best_head_dims[-1],
+            same_choice="the same" if self.same_choice else "different",
+        )
+
+
+def growth_fit(rows: pd.DataFrame, head_dims: Sequence[int], *, grid_points: int = 200) -> GrowthFit:
+    r"""Fit a logarithmic and a power law to the bootstrap means of :math:`d_k^*` over n.
+
+    Parameters
+    ----------
+    rows : pandas.DataFrame
+        One configuration's rows of :func:`best_head_dims` (:func:`best_at` without n): at least two
+        distinct n, with ``n``, ``boot_mean`` (> 0), ``boot_sd`` and ``best_head_dim``.
+    head_dims : sequence of int
+        The grid of head dimensions (for ``same_choice``).
+    grid_points : int, default 200
+        Points of the log-spaced grid of n between the smallest and largest n.
+
+    Returns
+    -------
+    GrowthFit
+
+    Raises
+    ------
+    ValueError
+        With fewer than two sample sizes or a non-positive bootstrap mean.
+    """
+    count = require_positive_int(grid_points, "grid_points", minimum=2)
+    sel = rows.sort_values("n")
+    if sel.n.nunique() < 2:
+        raise ValueError("rows must hold at least two sample sizes n")
+    log_n, y = np.log(sel.n.to_numpy(float)), sel.boot_mean.to_numpy()
+    if np.any(y <= 0):
+        raise ValueError("rows: boot_mean must be positive for the power law")
+    grid_n = np.exp(np.linspace(log_n[0], log_n[-1], count))
+    c_log, a_log = np.polyfit(log_n, y, 1)
+    gamma, log_c = np.polyfit(log_n, np.log(y), 1)
+    fit_log, fit_pow = a_log + c_log * np.log(grid_n), np.exp(log_c) * grid_n**gamma
+    same = np.all(
+        nearest_head_dim(a_log + c_log * log_n, head_dims) == nearest_head_dim(np.exp(log_c + gamma * log_n), head_dims)
+    )
+    return GrowthFit(
+        sample_sizes=sel.n.to_numpy(),
+        best_head_dims=[int(k) for k in sel.best_head_dim],
+        log_intercept=float(a_log),
+        log_slope=float(c_log),
+        gamma=float(gamma),
+        log_scale=float(log_c),
+        max_gap=float(np.max(np.abs(fit_log - fit_pow))),
+        spread=float(np.median(sel.boot_sd)),
+        same_choice=bool(same),
+        grid_n=grid_n,
+        fit_log=fit_log,
+        fit_pow=fit_pow,
+    )
+
+
+# --- published architectures --------------------------------------------------------------
+
+
+def published_architectures(path: str | Path) -> pd.DataFrame:
+    """Read the table of published architectures and mark the configurations with H·d_k = D.
+
+    Parameters
+    ----------
+    path : str or Path
+        A CSV with columns ``family``, ``d_model``, ``n_heads`` and ``d_head`` (the book's
+        ``book/data/published-architectures.csv``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The table with a boolean column ``consistent`` (``n_heads * d_head == d_model``).
+
+    Raises
+    ------
+    ValueError
+        If a column is missing.
+    """
+    import pandas as pd
+
+    arch = pd.read_csv(path)
+    missing = [c for c in ("family", "d_model", "n_heads", "d_head") if c not in arch.columns]
+    if missing:
+        raise ValueError(f"path: the table lacks the column(s) {missing}")
+    arch["consistent"] = arch.n_heads * arch.d_head == arch.d_model
+    return arch
+
+
+@dataclass(frozen=True)
+class ArchitectureFits:
+    """Counts of a table of published architectures and log-log fits of H and d_k against D.
+
+    The fits (:func:`scipy.stats.linregress` of log H and of log d_k on log D) use the consistent
+    configurations only (H·d_k = D); the counts and the share of d_k in {64, 128} use all of them.
+
+    Attributes
+    ----------
+    count, families, inconsistent : int
+        Configurations, families, configurations with H·d_k ≠ D.
+    embed_dim_range, head_dim_range : (int, int)
+        Smallest and largest D and d_k.
+    num_heads_intercept, num_heads_slope, num_heads_slope_se : float
+        Fit of log H = intercept + slope · log D, and the slope's standard error.
+    head_dim_intercept, head_dim_slope, head_dim_slope_se : float
+        The same for log d_k.
+    share_64_128 : float
+        Share (0 to 1) of configurations with d_k = 64 or 128.
+    """
+
+    count: int
+    families: int
+    inconsistent: int
+    embed_dim_range: tuple[int, int]
+    head_dim_range: tuple[int, int]
+    num_heads_intercept: float
+    num_heads_slope: float
+    num_heads_slope_se: float
+    head_dim_intercept: float
+    head_dim_slope: float
+    head_dim_slope_se: float
+    share_64_128: float
+
+
+def architecture_fits(arch: pd.DataFrame) -> ArchitectureFits:
+    """Counts and log-log fits of a table from :func:`published_architectures`.
+
+    Parameters
+    ----------
+    arch : pandas.DataFrame
+        With ``family``, ``d_model``, ``n_heads``, ``d_head`` and ``consistent``; at least three
+        consistent rows with distinct ``d_model``.
+
+    Returns
+    -------
+    ArchitectureFits
+
+    Raises
+    ------
+    ValueError
+        If a column is missing or too few rows are consistent.
+    """
+    from scipy import stats
+
+    missing = [c for c in ("family", "d_model", "n_heads", "d_head", "consistent") if c not in arch.columns]
+    if missing:
+        raise ValueError(f"arch lacks the column(s) {missing}")
+    fit_set = arch[arch.consistent]
+    if fit_set.d_model.nunique() < 3:
+        raise ValueError("arch needs at least three consistent rows with distinct d_model")
+    fit_h = stats.linregress(np.log(fit_set.d_model), np.log(fit_set.n_heads))
+    fit_dk = stats.linregress(np.log(fit_set.d_model), np.log(fit_set.d_head))
+    return ArchitectureFits(
+        count=len(arch),
+        families=int(arch.family.nunique()),
+        inconsistent=int((~arch.consistent).sum()),
+        embed_dim_range=(int(arch.d_model.min()), int(arch.d_model.max())),
+        head_dim_range=(int(arch.d_head.min()), int(arch.d_head.max())),
+        num_heads_intercept=float(fit_h.intercept),
+        num_heads_slope=float(fit_h.slope),
+        num_heads_slope_se=float(fit_h.stderr),
+        head_dim_intercept=float(fit_dk.intercept),
+        head_dim_slope=float(fit_dk.slope),
+        head_dim_slope_se=float(fit_dk.stderr),
+        share_64_128=float(arch.d_head.isin([64, 128]).mean()),
+    )

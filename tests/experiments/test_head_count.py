@@ -1,4 +1,4 @@
-"""Tests of nwlib.experiments.head_count: the head-count targets, heads on coordinate blocks, their floors, one grid point."""
+"""Tests of nwlib.experiments.head_count: targets, heads on coordinate blocks, floors, the grid point, the sweep and its tables."""
 
 from __future__ import annotations
 
@@ -11,14 +11,32 @@ import torch
 
 from nwlib import replicate_mse, simulate
 from nwlib.experiments.head_count import (
+    COMBINATIONS,
+    KERNEL_NAMES,
+    KERNELS,
+    OUTPUT_WEIGHTS,
     approximation_error,
+    architecture_fits,
+    best_at,
+    best_head_dims,
+    best_summary,
     block_conditional_mean,
     block_projections,
+    collect_sweep,
+    comparison_head_dims,
     divisor_head_dims,
+    floor_table,
+    growth_fit,
+    head_count_census,
+    head_count_grid,
     head_count_point,
     head_count_task,
+    nearest_head_dim,
+    published_architectures,
+    run_head_count_sweep,
     target_variance,
 )
+from nwlib.sweep import point_seed
 
 S2 = (1 - math.exp(-8)) / 2  # E sin^2(2x), x ~ N(0, 1)
 
@@ -242,3 +260,451 @@ def test_head_count_point_names_bad_coordinates():
         head_count_point({**POINT, "replicates": 2}, seed=0)
     with pytest.raises(ValueError, match="seed"):
         head_count_point(POINT, seed=-1)
+
+
+# --- the chapter's grid, sweep and tables -------------------------------------------------
+# Synthetic sweeps (hand-made point results) test the tables against explicit loops, scipy and
+# statsmodels; one tiny real sweep checks run_head_count_sweep against direct calls of the point function.
+
+SMALL = dict(embed_dim=6, sample_sizes=[32, 64], replicates=3, replicates_fit=2, num_eval_points=8, noise_sd=0.5)
+TINY = dict(embed_dim=4, sample_sizes=[32], replicates=3, replicates_fit=2, num_eval_points=8, noise_sd=0.5)  # computed
+
+
+def _fake_results(points, replicates=5, seed=0, head_dims=(1, 2, 3, 6)):
+    """Point results of head_count_point's shape, with random errors (and a known best head dimension per point)."""
+    rng = np.random.default_rng(seed)
+    results = []
+    for p in points:
+        dim = p["embed_dim"]
+        results.append(
+            {
+                "head_dims": list(head_dims),
+                "num_heads": [dim // k for k in head_dims],
+                "mse_fitted": rng.uniform(0.1, 1.0, (len(head_dims), replicates)).tolist(),
+                "mse_uniform": rng.uniform(0.1, 1.0, (len(head_dims), replicates)).tolist(),
+                "mean_correlation": [*rng.uniform(0, 0.5, len(head_dims) - 1).tolist(), float("nan")],
+                "floor_sum": rng.uniform(0, 0.5, len(head_dims)).tolist(),
+                "floor_mean": rng.uniform(0, 0.5, len(head_dims)).tolist(),
+                "mse_zero": float(rng.uniform(1.0, 2.0)),
+            }
+        )
+    return results
+
+
+@pytest.fixture(scope="module")
+def fake_sweep():
+    points = head_count_grid(**SMALL, seed=0)
+    return collect_sweep(points, _fake_results(points))
+
+
+@pytest.fixture(scope="module")
+def small_sweep():
+    return run_head_count_sweep(**TINY, seed=3)
+
+
+def test_output_weights_and_combinations_are_distinct_names():
+    # one name, one meaning: how the sweep weights its heads vs. how approximation_error combines the floors
+    assert OUTPUT_WEIGHTS == ("fitted", "uniform") and COMBINATIONS == ("sum", "mean")
+    assert not set(OUTPUT_WEIGHTS) & set(COMBINATIONS)
+    assert set(KERNEL_NAMES) == set(KERNELS)
+
+
+@pytest.mark.parametrize(
+    ("dim", "expected"), [(12, (2, 3, 6, 12)), (16, (2, 4, 8, 16)), (30, (2, 5, 15, 30)), (8, (2, 2, 4, 8))]
+)
+def test_comparison_head_dims_known_answers(dim, expected):
+    assert tuple(comparison_head_dims(dim)) == expected
+    small, middle, half, largest = comparison_head_dims(dim)
+    assert (small, middle, half, largest) == expected
+
+
+@pytest.mark.parametrize("dim", [1, 4, 7, 9, 49])
+def test_comparison_head_dims_needs_four_divisors(dim):
+    with pytest.raises(ValueError, match="embed_dim"):
+        comparison_head_dims(dim)
+
+
+def test_floor_table_closed_forms():
+    table = floor_table(12)
+    assert table.index.tolist() == [1, 2, 3, 4, 6, 12] and table.shape == (6, 6)
+    assert set(table.columns) == {(t, c) for t in ("additive", "local", "global") for c in ("sum", "mean")}
+    for k in table.index:
+        heads = 12 // k
+        assert table.loc[k, ("additive", "sum")] == pytest.approx(0.0, abs=1e-15)
+        assert table.loc[k, ("additive", "mean")] == pytest.approx(S2 * (1 - 1 / heads) ** 2)
+        assert table.loc[k, ("local", "sum")] == pytest.approx(0.0 if k == 12 else 2 * S2**2 / k, abs=1e-15)
+    assert table.loc[1, ("local", "mean")] == pytest.approx(2 * S2**2)  # 1-D heads see no neighbour pair
+    assert table.loc[12, ("global", "sum")] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="embed_dim"):
+        floor_table(2)
+
+
+def test_head_count_grid_order_and_coordinates():
+    points = head_count_grid(**SMALL, seed=4)
+    assert len(points) == 3 * 2 * 2
+    expected = [(t, k, n) for t in ("additive", "local", "global") for k in ("gaussian", "exp") for n in (32, 64)]
+    assert [(p["target"], p["kernel"], p["n"]) for p in points] == expected
+    for p in points:
+        assert p["m"] == 8 and p["eval_seed"] == 4 and p["embed_dim"] == 6
+        assert p["replicates"] == 3 and p["replicates_fit"] == 2 and p["noise_sd"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (dict(replicates=2), ValueError, "replicates"),
+        (dict(num_eval_points=0), ValueError, "num_eval_points"),
+        (dict(sample_sizes="64"), TypeError, "sample_sizes"),
+        (dict(sample_sizes=[64, 0]), ValueError, "sample_sizes"),
+        (dict(noise_sd=-1.0), ValueError, "noise_sd"),
+        (dict(embed_dim=0), ValueError, "embed_dim"),
+    ],
+)
+def test_head_count_grid_names_bad_sizes(change, error, match):
+    with pytest.raises(error, match=match):
+        head_count_grid(**{**SMALL, **change}, seed=0)
+    with pytest.raises(ValueError, match="seed"):
+        head_count_grid(**SMALL, seed=-1)
+
+
+def test_run_head_count_sweep_equals_direct_point_calls(small_sweep):
+    # independent route: call the point function with each point's documented seed, no run_sweep, no collect_sweep
+    for p in head_count_grid(**TINY, seed=3):
+        direct = head_count_point(p, seed=point_seed(3, p))
+        for weights, field in (("fitted", "mse_fitted"), ("uniform", "mse_uniform")):
+            got = small_sweep.errors[(p["target"], p["kernel"], p["n"], weights)]
+            np.testing.assert_array_equal(got, np.asarray(direct[field]))
+        assert small_sweep.zero_error[(p["target"], p["kernel"], p["n"])] == direct["mse_zero"]
+    assert small_sweep.head_dims == [1, 2, 4] and small_sweep.sample_sizes == [32]
+    assert small_sweep.embed_dim == 4 and small_sweep.seconds >= 0
+
+
+def test_run_head_count_sweep_is_deterministic(small_sweep):
+    again = run_head_count_sweep(**TINY, seed=3)
+    other = run_head_count_sweep(**TINY, seed=4)
+    for key, arr in small_sweep.errors.items():
+        np.testing.assert_array_equal(arr, again.errors[key])
+    assert any(not np.array_equal(arr, other.errors[key]) for key, arr in small_sweep.errors.items())
+
+
+def test_run_head_count_sweep_on_a_device(device):
+    sweep = run_head_count_sweep(**TINY, seed=1, device=str(device))
+    assert all(r["device"].startswith(device.type) for r in sweep.results)
+    assert all(arr.shape == (3, 3) and arr.dtype == np.float64 for arr in sweep.errors.values())
+
+
+def test_collect_sweep_table_against_explicit_loops(fake_sweep):
+    import statistics
+
+    table = fake_sweep.table
+    assert len(table) == 12 * 2 * 4
+    assert list(table.columns) == [
+        "target",
+        "kernel",
+        "n",
+        "output_weights",
+        "head_dim",
+        "num_heads",
+        "mse",
+        "se",
+        "mse_zero",
+        "rho",
+        "floor",
+    ]
+    for p, r in zip(fake_sweep.points, fake_sweep.results, strict=True):
+        for weights, field, floor in (("fitted", "mse_fitted", "floor_sum"), ("uniform", "mse_uniform", "floor_mean")):
+            for i, k in enumerate(r["head_dims"]):
+                row = fake_sweep.row(p["target"], p["kernel"], weights, k, p["n"])
+                values = r[field][i]
+                assert row.mse == pytest.approx(statistics.fmean(values), rel=1e-14)
+                assert row.se == pytest.approx(statistics.stdev(values) / math.sqrt(len(values)), rel=1e-12)
+                assert row.num_heads == 6 // k and row.floor == r[floor][i] and row.mse_zero == r["mse_zero"]
+                assert row.rho == r["mean_correlation"][i] or (math.isnan(row.rho) and k == 6)
+
+
+def test_collect_sweep_names_bad_results(fake_sweep):
+    points, results = fake_sweep.points, fake_sweep.results
+    with pytest.raises(ValueError, match="results"):
+        collect_sweep(points, results[:-1])
+    broken = [dict(r) for r in results]
+    del broken[3]["floor_mean"]
+    with pytest.raises(ValueError, match="floor_mean"):
+        collect_sweep(points, broken)
+    other = [dict(r) for r in results]
+    other[2] = {**other[2], "head_dims": [1, 2, 3]}
+    with pytest.raises(ValueError, match="head dimensions"):
+        collect_sweep(points, other)
+    with pytest.raises(TypeError, match="points"):
+        collect_sweep([], [])
+
+
+def test_series_and_gain_against_the_formula(fake_sweep):
+    import statistics
+
+    r = fake_sweep.results[-1]  # global, exp, n = 64
+    e = fake_sweep.series("global", "exp", "uniform", 3)
+    assert e.dtype == torch.float64 and e.shape == (5,)
+    assert e.tolist() == r["mse_uniform"][2]
+    assert fake_sweep.by_head_dim("global", "exp", "uniform")[3].tolist() == e.tolist()
+    gains = [100 * (1 - x / r["mse_zero"]) for x in r["mse_uniform"][2]]
+    got = fake_sweep.gain("global", "exp", "uniform", 3)
+    assert got.estimate == pytest.approx(statistics.fmean(gains), rel=1e-12)
+    assert got.se == pytest.approx(statistics.stdev(gains) / math.sqrt(5), rel=1e-12)
+    # the default n is the largest; n = 32 is another point
+    assert fake_sweep.series("global", "exp", "uniform", 3, 32).tolist() == fake_sweep.results[-2]["mse_uniform"][2]
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (("cubic", "exp", "fitted", 1), "target"),
+        (("local", "laplace", "fitted", 1), "kernel"),
+        (("local", "exp", "sum", 1), "output_weights"),
+        (("local", "exp", "fitted", 4), "head_dim"),
+        (("local", "exp", "fitted", 1, 100), "n"),
+    ],
+)
+def test_series_names_bad_configurations(fake_sweep, args, match):
+    with pytest.raises(ValueError, match=match):
+        fake_sweep.series(*args)
+
+
+def test_correlation_range_by_a_loop(fake_sweep):
+    rhos = [
+        rho
+        for p, r in zip(fake_sweep.points, fake_sweep.results, strict=True)
+        if p["kernel"] == "gaussian" and p["n"] == 64
+        for rho, heads in zip(r["mean_correlation"], r["num_heads"], strict=True)
+        if heads > 1
+    ]
+    assert fake_sweep.correlation_range("gaussian") == (min(rhos), max(rhos))
+
+
+def _bootstrap_reference(arr, head_dims, bootstrap, seed):
+    """Best head dimension and its bootstrap by explicit loops (the resamples as best_head_dims documents them)."""
+    import statistics
+
+    dims_count, reps = arr.shape
+    resample = np.random.default_rng(seed).integers(0, reps, size=(bootstrap, reps))
+    means = [statistics.fmean(arr[i]) for i in range(dims_count)]
+    point = head_dims[min(range(dims_count), key=means.__getitem__)]
+    boot = []
+    for draw in resample:
+        boot_means = [sum(arr[i, j] for j in draw) / reps for i in range(dims_count)]
+        boot.append(head_dims[min(range(dims_count), key=boot_means.__getitem__)])
+    ordered = sorted(boot)
+    lo, hi = ordered[math.ceil(0.025 * bootstrap) - 1], ordered[math.ceil(0.975 * bootstrap) - 1]  # inverted CDF
+    return point, sum(b == point for b in boot) / bootstrap, lo, hi, statistics.fmean(boot), statistics.stdev(boot)
+
+
+def test_best_head_dims_against_a_bootstrap_loop(fake_sweep):
+    best = best_head_dims(fake_sweep, bootstrap=200, seed=7)
+    assert len(best) == 24
+    for row in best.itertuples():
+        arr = fake_sweep.errors[(row.target, row.kernel, row.n, row.output_weights)]
+        point, support, lo, hi, boot_mean, boot_sd = _bootstrap_reference(arr, fake_sweep.head_dims, 200, 7)
+        assert (row.best_head_dim, row.lo, row.hi) == (point, lo, hi)
+        assert row.support == pytest.approx(support) and row.boot_mean == pytest.approx(boot_mean)
+        assert row.boot_sd == pytest.approx(boot_sd)
+    again = best_head_dims(fake_sweep, bootstrap=200, seed=7)
+    assert best.equals(again)
+    assert not best.equals(best_head_dims(fake_sweep, bootstrap=200, seed=8))
+
+
+def test_best_head_dims_known_case():
+    # one head dimension better in every replicate: every resample agrees with it
+    points = head_count_grid(**{**SMALL, "sample_sizes": [32]}, seed=0)
+    results = _fake_results(points, replicates=4)
+    for r in results:
+        r["mse_fitted"][2] = [0.01] * 4  # d_k = 3 wins everywhere
+    best = best_head_dims(collect_sweep(points, results), bootstrap=50, seed=0)
+    fitted = best[best.output_weights == "fitted"]
+    assert (fitted.best_head_dim == 3).all() and (fitted.support == 1.0).all()
+    assert (fitted.lo == 3).all() and (fitted.hi == 3).all() and (fitted.boot_sd == 0).all()
+    with pytest.raises(ValueError, match="bootstrap"):
+        best_head_dims(collect_sweep(points, results), bootstrap=0, seed=0)
+    with pytest.raises(TypeError, match="sweep"):
+        best_head_dims(best, bootstrap=10, seed=0)
+
+
+def test_best_at_and_best_summary(fake_sweep):
+    best = best_head_dims(fake_sweep, bootstrap=50, seed=1)
+    over_n = best_at(best, "local", "exp", "uniform")
+    assert over_n.n.tolist() == [32, 64] and (over_n.target == "local").all()
+    at_64 = best_at(best, "local", "exp", "uniform", 64)
+    assert at_64.n == 64 and at_64.best_head_dim == over_n.best_head_dim.iloc[-1]
+    with pytest.raises(ValueError, match="no row"):
+        best_at(best, "local", "exp", "uniform", 100)
+    summary = best_summary(best, kernel="exp")
+    assert summary.index.tolist() == [(t, w) for t in ("additive", "local", "global") for w in ("fitted", "uniform")]
+    row = summary.to_dict("index")[("local", "uniform")]
+    assert row == {
+        "best_head_dim": int(at_64.best_head_dim),
+        "support": pytest.approx(100 * at_64.support),
+        "interval": f"[{at_64.lo}, {at_64.hi}]",
+        "best_head_dim_nmin": int(over_n.best_head_dim.iloc[0]),
+    }
+    assert type(row["best_head_dim"]) is int and type(row["support"]) is float  # glue needs Python numbers
+
+
+def test_census_against_statsmodels_holm(fake_sweep):
+    import statistics
+
+    from scipy.stats import norm
+    from statsmodels.stats.multitest import multipletests
+
+    census = head_count_census(fake_sweep)
+    assert len(census) == 12
+    cases = [
+        (t, k, w) for t in ("additive", "local", "global") for k in ("gaussian", "exp") for w in ("fitted", "uniform")
+    ]
+    assert list(zip(census.target, census.kernel, census.output_weights, strict=True)) == cases
+    z = []
+    for row in census.itertuples():
+        arr = fake_sweep.errors[(row.target, row.kernel, 64, row.output_weights)]
+        diff = arr[0] - arr[-1]  # d_k = 1 minus d_k = D, replicate by replicate
+        assert row.small_minus_large == pytest.approx(statistics.fmean(diff), rel=1e-12, abs=1e-15)
+        assert row.se == pytest.approx(statistics.stdev(diff) / math.sqrt(len(diff)), rel=1e-12)
+        z.append(row.small_minus_large / row.se)
+    reject, *_ = multipletests(2 * norm.sf(np.abs(z)), alpha=0.05, method="holm")
+    assert census.significant.tolist() == reject.tolist()
+
+
+def test_census_finds_a_planted_difference():
+    points = head_count_grid(**{**SMALL, "sample_sizes": [32]}, seed=0)
+    results = _fake_results(points, replicates=8)
+    results[2]["mse_fitted"][-1] = [x + 5.0 for x in results[2]["mse_fitted"][0]]  # local, gaussian: one head far worse
+    census = head_count_census(collect_sweep(points, results))
+    row = census[(census.target == "local") & (census.kernel == "gaussian") & (census.output_weights == "fitted")]
+    assert row.small_minus_large.item() == pytest.approx(-5.0) and bool(row.significant.item())
+
+
+def test_nearest_head_dim_by_brute_force():
+    dims = [1, 2, 3, 4, 6, 12]
+    values = np.random.default_rng(0).uniform(0.5, 20.0, 200)
+    expected = [min(dims, key=lambda k, v=v: abs(math.log(v) - math.log(k))) for v in values]
+    assert nearest_head_dim(values, dims).tolist() == expected
+    assert nearest_head_dim([0.0, -1.0], dims).tolist() == [1, 1]
+    with pytest.raises(ValueError, match="head_dims"):
+        nearest_head_dim([1.0], [])
+    with pytest.raises(ValueError, match="values"):
+        nearest_head_dim([[1.0]], dims)
+
+
+def _growth_rows(boot_mean, sizes=(128, 256, 512, 1024, 2048)):
+    import pandas as pd
+
+    return pd.DataFrame(
+        dict(
+            n=list(sizes),
+            boot_mean=[boot_mean(n) for n in sizes],
+            boot_sd=[0.1, 0.3, 0.2, 0.5, 0.4][: len(sizes)],
+            best_head_dim=[1, 2, 2, 3, 4][: len(sizes)],
+        )
+    ).iloc[::-1]  # growth_fit sorts by n itself
+
+
+def test_growth_fit_recovers_exact_laws():
+    from scipy.stats import linregress
+
+    dims = [1, 2, 3, 4, 6, 12]
+    log_law = growth_fit(_growth_rows(lambda n: 1.0 + 0.5 * math.log(n)), dims)
+    assert log_law.log_slope == pytest.approx(0.5) and log_law.log_intercept == pytest.approx(1.0)
+    np.testing.assert_allclose(log_law.fit_log, 1.0 + 0.5 * np.log(log_law.grid_n), rtol=1e-12)
+    power_law = growth_fit(_growth_rows(lambda n: 2.0 * n**0.1), dims)
+    assert power_law.gamma == pytest.approx(0.1) and power_law.log_scale == pytest.approx(math.log(2.0))
+    np.testing.assert_allclose(power_law.fit_pow, 2.0 * power_law.grid_n**0.1, rtol=1e-10)
+    # the power fit of the log law: least squares on the log scale, as scipy's linregress computes it
+    ref = linregress(
+        np.log([128, 256, 512, 1024, 2048]), np.log([1.0 + 0.5 * math.log(n) for n in (128, 256, 512, 1024, 2048)])
+    )
+    assert log_law.gamma == pytest.approx(ref.slope) and log_law.log_scale == pytest.approx(ref.intercept)
+    gap = np.max(np.abs(log_law.fit_log - np.exp(ref.intercept) * log_law.grid_n**ref.slope))
+    assert log_law.max_gap == pytest.approx(gap, rel=1e-9)
+    assert (
+        log_law.grid_n[0] == pytest.approx(128)
+        and log_law.grid_n[-1] == pytest.approx(2048)
+        and len(log_law.grid_n) == 200
+    )
+    assert log_law.spread == pytest.approx(0.3) and log_law.best_head_dims == [1, 2, 2, 3, 4]
+    summary = log_law.summary()
+    assert (summary["first"], summary["last"]) == (1, 4) and summary["same_choice"] in ("the same", "different")
+
+
+def test_growth_fit_same_choice_by_brute_force():
+    dims = [1, 2, 3, 4, 6, 12]
+    for boot_mean in (lambda n: 1.0 + 0.5 * math.log(n), lambda n: 0.2 * n**0.4, lambda n: 3.0 + 0.01 * math.log(n)):
+        fit = growth_fit(_growth_rows(boot_mean), dims)
+        log_n = np.log([128, 256, 512, 1024, 2048])
+
+        def nearest(v):
+            return min(dims, key=lambda k: abs(math.log(max(v, 1e-9)) - math.log(k)))
+
+        picks_log = [nearest(fit.log_intercept + fit.log_slope * x) for x in log_n]
+        picks_pow = [nearest(math.exp(fit.log_scale + fit.gamma * x)) for x in log_n]
+        assert fit.same_choice == (picks_log == picks_pow)
+
+
+def test_growth_fit_names_bad_rows():
+    with pytest.raises(ValueError, match="two sample sizes"):
+        growth_fit(_growth_rows(lambda n: 2.0, sizes=(128,)), [1, 2])
+    with pytest.raises(ValueError, match="boot_mean"):
+        growth_fit(_growth_rows(lambda n: -1.0), [1, 2])
+
+
+def _ols_slope_se(x, y):
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    sxx = ((x - x.mean()) ** 2).sum()
+    slope = ((x - x.mean()) * (y - y.mean())).sum() / sxx
+    resid = y - y.mean() - slope * (x - x.mean())
+    return slope, math.sqrt((resid**2).sum() / (len(x) - 2) / sxx)
+
+
+def test_architecture_fits_against_closed_form_ols(tmp_path):
+    import statsmodels.api as sm
+
+    csv = tmp_path / "arch.csv"
+    csv.write_text(
+        "family,d_model,n_heads,d_head\n"
+        "A,512,8,64\nA,768,12,64\nA,1024,16,64\nB,2048,16,128\nB,4096,32,128\nB,5120,40,128\nC,1024,32,128\n"
+    )
+    arch = published_architectures(csv)
+    assert arch.consistent.tolist() == [True] * 6 + [False]
+    fits = architecture_fits(arch)
+    assert (fits.count, fits.families, fits.inconsistent) == (7, 3, 1)
+    assert fits.embed_dim_range == (512, 5120) and fits.head_dim_range == (64, 128)
+    assert fits.share_64_128 == 1.0
+    ok = arch[arch.consistent]
+    for col, slope, se, intercept in (
+        ("n_heads", fits.num_heads_slope, fits.num_heads_slope_se, fits.num_heads_intercept),
+        ("d_head", fits.head_dim_slope, fits.head_dim_slope_se, fits.head_dim_intercept),
+    ):
+        ref_slope, ref_se = _ols_slope_se(np.log(ok.d_model), np.log(ok[col]))
+        assert slope == pytest.approx(ref_slope, rel=1e-12) and se == pytest.approx(ref_se, rel=1e-10)
+        model = sm.OLS(np.log(ok[col].to_numpy(float)), sm.add_constant(np.log(ok.d_model.to_numpy(float)))).fit()
+        assert intercept == pytest.approx(model.params[0], rel=1e-10) and se == pytest.approx(model.bse[1], rel=1e-10)
+
+
+def test_architecture_fits_of_the_book_table():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "book" / "data" / "published-architectures.csv"
+    arch = published_architectures(path)
+    fits = architecture_fits(arch)
+    # the table: 42 configurations, three T5 ones with H d_k != D; T5 v1.1 is a family of its own (8 in all)
+    assert (fits.count, fits.families, fits.inconsistent) == (42, 8, 3)
+    assert fits.families == len(set(arch.family))
+    rows = list(zip(arch.n_heads, arch.d_head, arch.d_model, strict=True))
+    assert fits.share_64_128 == sum(dk in (64, 128) for _, dk, _ in rows) / len(rows)
+    assert fits.embed_dim_range == (min(d for *_, d in rows), max(d for *_, d in rows))
+
+
+def test_architecture_inputs_are_named(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("family,d_model,n_heads\nA,512,8\n")
+    with pytest.raises(ValueError, match="d_head"):
+        published_architectures(bad)
+    few = tmp_path / "few.csv"
+    few.write_text("family,d_model,n_heads,d_head\nA,512,8,64\nA,768,12,64\n")
+    with pytest.raises(ValueError, match="three consistent"):
+        architecture_fits(published_architectures(few))

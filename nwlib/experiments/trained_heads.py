@@ -1,0 +1,1319 @@
+r"""Trained heads (chapter 5, claims C7 and C8): the experiments of ``notebooks/ch05_trained_heads.ipynb``.
+
+The chapter tests whether the MSE is minimised by orthogonal key subspaces (C7, Theorem 5.1
+of the paper) and whether training drives heads there (C8), in four parts; each function here
+is one of them, a pure function of its parameters, a seed or a ``torch.Generator``, and a
+device, returning tensors, floats, :class:`nwlib.evidence.Comparison` values or (for tables)
+pandas DataFrames.
+
+*The real model.* :func:`read_corpus` and :func:`encode_corpus` run a pretrained encoder
+(:class:`nwlib.models.pretrained.NWBertEncoder`, all-MiniLM-L6-v2 in the book) on a corpus;
+:func:`reference_laws` draws the reference families (Haar-random subspaces, Xavier-uniform and
+:math:`N(0, \sigma^2)` key projections) and their indices; :func:`layer_geometry` gives the
+per-layer invariant HDI, literal index and RV diversity of the query, key and value projections,
+the data-aware key HDI and the distance of each layer from the random law; :func:`key_angles`
+the principal angles between heads' key subspaces; :func:`head_statistics` and
+:func:`work_table` the temperatures, attention entropies, effective numbers of keys and
+correlations of the heads' contributions on the corpus.
+
+*Training.* :func:`training_point` is one point of the training sweep (run through
+:func:`nwlib.sweep.run_sweep`): one task and one replicate, trained without and with the
+orthogonality penalty from the same seed (common random numbers: the two arms share the
+initialisation, the training prompts and the test prompts, so the penalty's effect is a paired
+difference). :func:`training_series` and :func:`training_comparisons` summarise the replicates.
+
+*Optimisation.* :func:`optimisation_point` is one restart of the direct minimisation of the
+Gaussian NW surrogate's integrated MSE over head subspaces (another sweep);
+:func:`comparison_families` gives chapter 3's families, :func:`check_families` scores every
+family on independent data, :func:`nuisance_hdi` and :func:`signal_overlap` describe a family,
+:func:`optimisation_summary` summarises the restarts.
+
+*The covariance formula.* :func:`covariance_inflation` is the large-n limit :math:`R(\theta)`
+of the noise covariance of two Gaussian-kernel heads at principal angle :math:`\theta` (derived
+with sympy in the notebook), :func:`covariance_exponent` the matrix :math:`B` of
+:math:`\rho(z) \propto e^{-z^\top B z/2}`, and :func:`covariance_check` the simulation that
+checks :math:`R`.
+
+pandas is imported where a table is built (it belongs to the ``book`` extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._validation import (
+    require_dtype,
+    require_generator,
+    require_positive_finite,
+    require_positive_int,
+    require_real,
+    require_tensor,
+)
+from ..bandwidth import scott_bandwidth
+from ..device import resolve_device
+from ..evidence import Comparison, against, crossed, mean, paired
+from ..kernels import nadaraya_watson_weights
+from ..models.pretrained import EncodedBatch, NWBertEncoder, encode
+from ..models.training import InContextTask, optimise_subspaces, train_regressor
+from ..montecarlo import simulate
+from ..multihead import split_projection
+from ..similarity import rv_diversity
+from ..subspaces import equiangular_heads, hdi, orthonormal_basis, principal_angles, random_subspaces
+from ..tasks import RegressionTask, make_task
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "COVARIANCE_ANGLES",
+    "OPTIMISATION_KEYS",
+    "REGIMES",
+    "TRAINING_ARMS",
+    "TRAINING_KEYS",
+    "TRAINING_QUANTITIES",
+    "CorpusStates",
+    "CovarianceCheck",
+    "FamilyCheck",
+    "HeadStatistics",
+    "KeyAngles",
+    "ReferenceLaws",
+    "check_families",
+    "comparison_families",
+    "covariance_check",
+    "covariance_exponent",
+    "covariance_inflation",
+    "encode_corpus",
+    "geometry_extremes",
+    "head_statistics",
+    "key_angles",
+    "layer_geometry",
+    "nuisance_hdi",
+    "optimisation_point",
+    "optimisation_summary",
+    "read_corpus",
+    "reference_laws",
+    "signal_overlap",
+    "training_comparisons",
+    "training_point",
+    "training_series",
+    "work_extremes",
+    "work_table",
+]
+
+_DEG = 180 / math.pi
+
+
+# --- the real model on a corpus -----------------------------------------------------------
+
+
+def read_corpus(path: str | Path) -> list[str]:
+    """The texts of a corpus file: one per line, blank lines and lines starting with ``#`` left out.
+
+    Parameters
+    ----------
+    path : str or Path
+        A UTF-8 text file.
+
+    Returns
+    -------
+    list of str
+        The stripped lines.
+
+    Raises
+    ------
+    TypeError
+        If ``path`` is not a str or Path.
+    FileNotFoundError
+        If there is no such file.
+    """
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a str or pathlib.Path, got {type(path).__name__}")
+    lines = Path(path).read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+@dataclass(frozen=True)
+class CorpusStates:
+    """A corpus run through an encoder.
+
+    Attributes
+    ----------
+    texts : list of str
+    batch : EncodedBatch
+        Token ids and attention mask (N, T), on the CPU.
+    mask : Tensor, shape (N, T), bool
+        The real tokens (the attention mask), on the CPU.
+    hidden : list of Tensor, each (N, T, D)
+        The embedding layer's output and every layer's, on the encoder's device.
+    """
+
+    texts: list[str]
+    batch: EncodedBatch
+    mask: Tensor
+    hidden: list[Tensor]
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of real tokens in the corpus."""
+        return int(self.mask.sum())
+
+    @property
+    def longest(self) -> int:
+        """Number of tokens of the longest text."""
+        return int(self.mask.sum(1).max())
+
+    @property
+    def mean_keys(self) -> float:
+        r"""Keys seen by the average query: :math:`\sum_i T_i^2 / \sum_i T_i` over texts of T_i tokens."""
+        return float(self.mask.sum(1).double().pow(2).sum() / self.mask.sum())
+
+
+def _encoder_device(encoder: NWBertEncoder) -> torch.device:
+    return next(encoder.parameters()).device
+
+
+def encode_corpus(encoder: NWBertEncoder, tokenizer: Any, texts: Sequence[str]) -> CorpusStates:
+    """Tokenise ``texts`` (padded to the longest) and run the encoder on them, without gradients.
+
+    Parameters
+    ----------
+    encoder : NWBertEncoder
+        On the device to compute on.
+    tokenizer : tokenizers.Tokenizer
+        From :func:`nwlib.models.pretrained.load_tokenizer`.
+    texts : sequence of str
+        At least one text.
+
+    Returns
+    -------
+    CorpusStates
+        With ``len(hidden) == num_hidden_layers + 1``.
+
+    Raises
+    ------
+    TypeError
+        If ``encoder`` is not an :class:`NWBertEncoder` or ``texts`` not a sequence of strings.
+    """
+    if not isinstance(encoder, NWBertEncoder):
+        raise TypeError(f"encoder must be an NWBertEncoder, got {type(encoder).__name__}")
+    texts = list(texts) if isinstance(texts, Sequence) and not isinstance(texts, str) else texts
+    batch = encode(tokenizer, texts)  # checks texts
+    dev = _encoder_device(encoder)
+    with torch.no_grad():
+        hidden = encoder(batch.input_ids.to(dev), batch.attention_mask.to(dev), batch.token_type_ids.to(dev))
+    return CorpusStates(list(texts), batch, batch.attention_mask.bool(), hidden)
+
+
+@dataclass(frozen=True)
+class ReferenceLaws:
+    """Reference families of heads and their indices, by law.
+
+    Attributes
+    ----------
+    families : dict of str to Tensor, each (F, H, D, d_k)
+        ``"random"`` (Haar-random subspaces), ``"Xavier"`` (Xavier-uniform key blocks of a
+        (H d_k) x D projection) and ``"N(0, s^2)"`` (i.i.d. normal entries of standard deviation s),
+        split into heads by :func:`nwlib.split_projection`.
+    values : dict of str to dict of str to Tensor, each (F,)
+        Per law, per index (``"HDI"``: invariant, ``"paper"``: literal, ``"RV"``: RV diversity),
+        the value of each family.
+    """
+
+    families: dict[str, Tensor]
+    values: dict[str, dict[str, Tensor]]
+
+    def summary(self) -> dict[str, dict[str, Comparison]]:
+        """Per law and index, the mean over families with its standard error (:func:`nwlib.evidence.mean`)."""
+        return {law: {index: mean(x) for index, x in by_index.items()} for law, by_index in self.values.items()}
+
+    def table(self) -> pd.DataFrame:
+        """The summary as text, "mean ± SE (SE)": columns the laws, rows the indices."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            {
+                law: {index: f"{c.estimate:.4f} ± {c.se:.5f} (SE)" for index, c in by_index.items()}
+                for law, by_index in self.summary().items()
+            }
+        )
+
+    def against(self, values: Sequence[float], index: str, laws: Sequence[str] | None = None) -> list[Comparison]:
+        """Each value against one new draw of each law (:func:`nwlib.evidence.against`).
+
+        Parameters
+        ----------
+        values : sequence of float
+            Observed values of the index (one per layer, say).
+        index : {"HDI", "paper", "RV"}
+        laws : sequence of str, optional
+            Default: every law, in the order of :attr:`families`.
+
+        Returns
+        -------
+        list of Comparison
+            Value-major: all laws for the first value, then for the second, and so on.
+        """
+        laws = list(self.families) if laws is None else list(laws)
+        for law in laws:
+            if law not in self.values:
+                raise ValueError(f"laws must name laws of {list(self.values)}, got {law!r}")
+        if any(index not in self.values[law] for law in laws):
+            raise ValueError(f"index must be one of {list(self.values[laws[0]])}, got {index!r}")
+        return [against(float(x), self.values[law][index]) for x in values for law in laws]
+
+
+def reference_laws(
+    num_heads: int,
+    head_dim: int,
+    embed_dim: int,
+    *,
+    families: int,
+    init_sd: float,
+    generator: torch.Generator,
+    dtype: torch.dtype = torch.float64,
+) -> ReferenceLaws:
+    r"""Draw ``families`` families of H key blocks under each reference law, and index them.
+
+    The generator is consumed in this order: Haar-random subspaces
+    (:func:`nwlib.random_subspaces`), then ``families`` Xavier-uniform (H d_k) x D weights
+    (``torch.nn.init.xavier_uniform_``, one after the other), then the normal weights.
+
+    Parameters
+    ----------
+    num_heads, head_dim, embed_dim : int
+        H, d_k and D (d_k <= D).
+    families : int
+        F >= 2 families per law.
+    init_sd : float
+        The normal law's standard deviation (BERT's ``initializer_range``, 0.02), > 0.
+    generator : torch.Generator
+        Where the families' device comes from.
+    dtype : torch.dtype, default torch.float64
+
+    Returns
+    -------
+    ReferenceLaws
+        Laws ``"random"``, ``"Xavier"`` and ``f"N(0, {init_sd:g}^2)"``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad size, standard deviation, generator or dtype (named in the message).
+    """
+    H = require_positive_int(num_heads, "num_heads", minimum=2)
+    k = require_positive_int(head_dim, "head_dim")
+    D = require_positive_int(embed_dim, "embed_dim")
+    F = require_positive_int(families, "families", minimum=2)
+    sd = require_positive_finite(init_sd, "init_sd")
+    require_generator(generator)
+    dtype = require_dtype(dtype)
+    if k > D:
+        raise ValueError(f"head_dim must be <= embed_dim, got head_dim={k}, embed_dim={D}")
+    dev = generator.device
+    fams = {"random": random_subspaces(H, k, D, generator=generator, batch_shape=(F,), dtype=dtype)}
+    xavier = torch.empty(F, H * k, D, dtype=dtype, device=dev)
+    for w in xavier:
+        torch.nn.init.xavier_uniform_(w, generator=generator)
+    fams["Xavier"] = torch.stack([split_projection(w, H) for w in xavier])
+    normal = sd * torch.randn(F, H * k, D, generator=generator, dtype=dtype, device=dev)
+    fams[f"N(0, {sd:g}^2)"] = torch.stack([split_projection(w, H) for w in normal])
+    values = {
+        name: {"HDI": hdi(fam), "paper": hdi(fam, normalization="paper"), "RV": rv_diversity(fam)}
+        for name, fam in fams.items()
+    }
+    return ReferenceLaws(fams, values)
+
+
+def layer_geometry(encoder: NWBertEncoder, states: CorpusStates, random_law: Mapping[str, Tensor]) -> pd.DataFrame:
+    r"""Per layer: the diversity of the query, key and value subspaces, on the weights and on the data.
+
+    Columns ``"HDI Q"``, ``"HDI K"``, ``"HDI V"`` (invariant HDI), ``"paper Q"``, ... (the
+    literal index), ``"RV Q"``, ... (RV diversity), ``"HDI K, data"`` (the invariant HDI of the
+    heads' key features :math:`X_l W_K^h` as vectors over the corpus tokens, the tokens entering
+    layer l centred within each text: softmax ignores a key component common to a text),
+    ``"key scale"`` (mean squared singular value of the key blocks, 1 at Xavier initialisation of
+    a square projection), and ``"z HDI K"``, ``"z RV K"``: the layer's distance from the random
+    law in standard deviations of one new draw (:func:`nwlib.evidence.against`). Computed in
+    float64 on the CPU from the encoder's weights.
+
+    Parameters
+    ----------
+    encoder : NWBertEncoder
+    states : CorpusStates
+        From :func:`encode_corpus` with this encoder.
+    random_law : mapping of str to Tensor
+        ``{"HDI": draws, "RV": draws}`` of the random law (``ReferenceLaws.values["random"]``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per layer (index ``"layer"``).
+    """
+    import pandas as pd
+
+    if not isinstance(encoder, NWBertEncoder):
+        raise TypeError(f"encoder must be an NWBertEncoder, got {type(encoder).__name__}")
+    if not isinstance(states, CorpusStates):
+        raise TypeError(f"states must be CorpusStates, got {type(states).__name__}")
+    missing = {"HDI", "RV"} - set(random_law)
+    if missing:
+        raise ValueError(f"random_law must hold draws of {sorted(missing)}")
+    cfg = encoder.config
+    H, d_k = cfg.num_attention_heads, cfg.head_dim
+    dev = _encoder_device(encoder)
+    hidden, mask = states.hidden, states.mask
+    rows = []
+    for layer in range(cfg.num_hidden_layers):
+        p = encoder.projections(layer)
+        x_in = (
+            torch.cat(
+                [
+                    hidden[layer][i, mask[i].to(dev)] - hidden[layer][i, mask[i].to(dev)].mean(0)
+                    for i in range(len(states.texts))
+                ]
+            )
+            .double()
+            .cpu()
+        )
+        row: dict[str, Any] = {"layer": layer}
+        for name, w in (("Q", p.w_q), ("K", p.w_k), ("V", p.w_v)):
+            w = w.double().cpu()
+            row[f"HDI {name}"] = float(hdi(w))
+            row[f"paper {name}"] = float(hdi(w, normalization="paper"))
+            row[f"RV {name}"] = float(rv_diversity(w))
+        row["HDI K, data"] = float(hdi(x_in @ p.w_k.double().cpu()))
+        row["key scale"] = float(p.w_k.double().pow(2).sum() / (H * d_k))
+        row["z HDI K"] = against(row["HDI K"], random_law["HDI"]).z
+        row["z RV K"] = against(row["RV K"], random_law["RV"]).z
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("layer")
+
+
+@dataclass(frozen=True)
+class KeyAngles:
+    """Principal angles between the key subspaces of every pair of heads (radians).
+
+    Attributes
+    ----------
+    trained : dict of int to numpy.ndarray
+        Per layer, the angles of all pairs of heads, shape (pairs * d_k,).
+    random_by_family : Tensor, shape (F, pairs * d_k)
+        The same for F random families.
+    """
+
+    trained: dict[int, np.ndarray]
+    random_by_family: Tensor
+
+    @property
+    def random(self) -> np.ndarray:
+        """All random angles, flattened."""
+        return self.random_by_family.flatten().numpy()
+
+    @property
+    def median_trained_deg(self) -> float:
+        """The median over every layer's angles, in degrees."""
+        return float(np.median(np.concatenate(list(self.trained.values())))) * _DEG
+
+    @property
+    def family_medians_deg(self) -> Tensor:
+        """One median angle per random family, in degrees, shape (F,)."""
+        return self.random_by_family.quantile(0.5, dim=1) * _DEG
+
+
+def key_angles(encoder: NWBertEncoder, random_heads: Tensor, *, families: int) -> KeyAngles:
+    """Principal angles between the key subspaces of every pair of heads, trained and random.
+
+    Parameters
+    ----------
+    encoder : NWBertEncoder
+    random_heads : Tensor, shape (F, H, D, d_k)
+        Random families (``ReferenceLaws.families["random"]``) of the encoder's sizes.
+    families : int
+        How many of them to use (the first ``families``; each costs a few ms per pair of heads).
+
+    Returns
+    -------
+    KeyAngles
+        float64, on the CPU.
+    """
+    if not isinstance(encoder, NWBertEncoder):
+        raise TypeError(f"encoder must be an NWBertEncoder, got {type(encoder).__name__}")
+    random_heads = require_tensor(random_heads, "random_heads", min_dim=4)
+    F = require_positive_int(families, "families")
+    H = encoder.config.num_attention_heads
+    if random_heads.shape[1] != H:
+        raise ValueError(f"random_heads must have H = {H} heads, got shape {tuple(random_heads.shape)}")
+    pairs = torch.tensor([(a, b) for a in range(H) for b in range(a + 1, H)])
+    trained = {}
+    for layer in range(encoder.config.num_hidden_layers):
+        w = encoder.projections(layer).w_k.double().cpu()
+        trained[layer] = principal_angles(w[pairs[:, 0]], w[pairs[:, 1]]).flatten().numpy()
+    fam = random_heads[:F]
+    by_family = principal_angles(fam[:, pairs[:, 0]], fam[:, pairs[:, 1]]).flatten(1)
+    return KeyAngles(trained, by_family)
+
+
+@dataclass(frozen=True)
+class HeadStatistics:
+    """One layer's heads at work on a corpus.
+
+    Attributes
+    ----------
+    temperature : Tensor, shape (H,)
+        :meth:`HeadProjections.effective_temperature`.
+    entropy : Tensor, shape (H,)
+        Mean over the corpus's queries of the attention weights' entropy (nats).
+    eff_keys : Tensor, shape (H,)
+        Mean over queries of the effective number of keys :math:`1/\\sum_i w_i^2`.
+    mean_corr, max_abs_corr : float
+        Mean and largest absolute pairwise correlation of the heads' contributions
+        :math:`\\hat f_h W_O^h` over tokens.
+    cov_share : float
+        The covariance term's share of the variance of the attention output over tokens.
+    """
+
+    temperature: Tensor
+    entropy: Tensor
+    eff_keys: Tensor
+    mean_corr: float
+    max_abs_corr: float
+    cov_share: float
+
+
+def head_statistics(encoder: NWBertEncoder, states: CorpusStates, layer: int) -> HeadStatistics:
+    r"""Temperatures, attention entropies, effective keys and contribution correlations of one layer.
+
+    Each text attends over its own real tokens. With :math:`c_h(x_t) = \hat f_h(x_t) W_O^h` the
+    contribution of head h at token t and :math:`\bar c_h` its mean over the corpus's tokens,
+    the cross terms are :math:`C_{hg} = \operatorname{mean}_t\langle c_h - \bar c_h, c_g - \bar c_g\rangle`;
+    the correlations are :math:`C_{hg}/\sqrt{C_{hh}C_{gg}}` and the covariance share is
+    :math:`\sum_{h \ne g} C_{hg} / \sum_{h, g} C_{hg}` (Theorem 3.1's split of the output's
+    variance over tokens). Statistics in float64 on the CPU.
+
+    Parameters
+    ----------
+    encoder : NWBertEncoder
+    states : CorpusStates
+        From :func:`encode_corpus` with this encoder.
+    layer : int
+        0 <= layer < num_hidden_layers.
+
+    Returns
+    -------
+    HeadStatistics
+    """
+    if not isinstance(encoder, NWBertEncoder):
+        raise TypeError(f"encoder must be an NWBertEncoder, got {type(encoder).__name__}")
+    if not isinstance(states, CorpusStates):
+        raise TypeError(f"states must be CorpusStates, got {type(states).__name__}")
+    layer = require_positive_int(layer, "layer", minimum=0)
+    if layer >= encoder.config.num_hidden_layers:
+        raise ValueError(f"layer must be < num_hidden_layers = {encoder.config.num_hidden_layers}, got {layer}")
+    dev = _encoder_device(encoder)
+    H = encoder.config.num_attention_heads
+    p = encoder.projections(layer)
+    x_all, mask, attention_mask = states.hidden[layer], states.mask, states.batch.attention_mask
+    ent, eff, contribs = [], [], []
+    with torch.no_grad():
+        for i in range(len(states.texts)):
+            x = x_all[i, mask[i].to(dev)]
+            q = torch.einsum("td,hdk->htk", x, p.w_q) + p.b_q[:, None]
+            k = torch.einsum("td,hdk->htk", x, p.w_k) + p.b_k[:, None]
+            w = nadaraya_watson_weights(q, k).double()  # (H, T, T): softmax(q k^T / sqrt(d_k))
+            ent.append(-(w * torch.log(w.clamp_min(1e-300))).sum(-1))
+            eff.append(1 / w.pow(2).sum(-1))
+            heads = encoder.attention_heads(layer, x_all[i : i + 1], attention_mask[i : i + 1].to(dev))[0]
+            contribs.append(torch.einsum("htk,hkd->htd", heads[:, mask[i].to(dev)], p.w_o).double())
+        c = torch.cat(contribs, dim=1).cpu()  # (H, tokens, D)
+        c = c - c.mean(1, keepdim=True)
+        cross = torch.einsum("htd,gtd->hg", c, c) / c.shape[1]  # tr Cov(c_h, c_g)
+        own = cross.diagonal()
+        corr = cross / torch.sqrt(own[:, None] * own[None, :])
+        off = ~torch.eye(H, dtype=torch.bool)
+        return HeadStatistics(
+            temperature=p.effective_temperature().double().cpu(),
+            entropy=torch.cat(ent, dim=1).cpu().mean(1),
+            eff_keys=torch.cat(eff, dim=1).cpu().mean(1),
+            mean_corr=float(corr[off].mean()),
+            max_abs_corr=float(corr[off].abs().max()),
+            cov_share=float(cross[off].sum() / cross.sum()),
+        )
+
+
+def work_table(stats: Sequence[HeadStatistics]) -> pd.DataFrame:
+    """Per layer: median and largest temperature, mean entropy, mean and smallest effective keys, correlation, share.
+
+    Parameters
+    ----------
+    stats : sequence of HeadStatistics
+        One per layer, in layer order.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index ``"layer"``.
+    """
+    import pandas as pd
+
+    stats = list(stats)
+    if not stats or not all(isinstance(s, HeadStatistics) for s in stats):
+        raise TypeError("stats must be a non-empty sequence of HeadStatistics")
+    return pd.DataFrame(
+        {
+            "temperature (median)": [float(s.temperature.median()) for s in stats],
+            "temperature (max)": [float(s.temperature.max()) for s in stats],
+            "entropy (mean)": [float(s.entropy.mean()) for s in stats],
+            "effective keys (mean)": [float(s.eff_keys.mean()) for s in stats],
+            "effective keys (min head)": [float(s.eff_keys.min()) for s in stats],
+            "mean corr": [s.mean_corr for s in stats],
+            "covariance share": [s.cov_share for s in stats],
+        },
+        index=pd.Index(range(len(stats)), name="layer"),
+    )
+
+
+_GEOMETRY_EXTREMES = (
+    ("hdi_k_min", "HDI K", "min"),
+    ("hdi_k_max", "HDI K", "max"),
+    ("hdi_q_min", "HDI Q", "min"),
+    ("hdi_v_max", "HDI V", "max"),
+    ("hdi_k_data_min", "HDI K, data", "min"),
+    ("hdi_k_data_max", "HDI K, data", "max"),
+    ("paper_k_min", "paper K", "min"),
+    ("paper_k_max", "paper K", "max"),
+    ("rv_k_min", "RV K", "min"),
+    ("rv_k_max", "RV K", "max"),
+    ("key_scale_min", "key scale", "min"),
+    ("key_scale_max", "key scale", "max"),
+)
+
+
+def geometry_extremes(geometry: pd.DataFrame) -> dict[str, float]:
+    """The extremes over layers of :func:`layer_geometry` that chapter 5 quotes, by their glue keys.
+
+    Parameters
+    ----------
+    geometry : pandas.DataFrame
+        From :func:`layer_geometry`.
+
+    Returns
+    -------
+    dict of str to float
+        ``hdi_k_min``, ``hdi_k_max``, ``hdi_q_min``, ``hdi_v_max``, ``hdi_k_data_min``,
+        ``hdi_k_data_max``, ``paper_k_min``, ``paper_k_max``, ``rv_k_min``, ``rv_k_max``,
+        ``key_scale_min``, ``key_scale_max``: the smallest or largest value of a column.
+    """
+    missing = sorted({col for _, col, _ in _GEOMETRY_EXTREMES} - set(geometry.columns))
+    if missing:
+        raise ValueError(f"geometry must have the columns of layer_geometry; missing {missing}")
+    return {key: float(getattr(geometry[col], pick)()) for key, col, pick in _GEOMETRY_EXTREMES}
+
+
+def work_extremes(stats: Sequence[HeadStatistics], work: pd.DataFrame) -> dict[str, float]:
+    """The numbers about the heads at work that chapter 5 quotes, by their glue keys.
+
+    Parameters
+    ----------
+    stats : sequence of HeadStatistics
+        One per layer.
+    work : pandas.DataFrame
+        :func:`work_table` of ``stats``.
+
+    Returns
+    -------
+    dict of str to float
+        ``temp_median`` and ``temp_max`` (over every head of every layer), ``eff_keys_min`` (the
+        most selective head), ``eff_keys_mean_min`` and ``eff_keys_mean_max`` (over layers of the
+        mean over heads), ``corr_min``, ``corr_max``, ``cov_share_min`` and ``cov_share_max`` (over layers).
+    """
+    temps = torch.cat([s.temperature for s in stats])
+    return {
+        "temp_median": float(temps.median()),
+        "temp_max": float(temps.max()),
+        "eff_keys_min": float(work["effective keys (min head)"].min()),
+        "eff_keys_mean_min": float(work["effective keys (mean)"].min()),
+        "eff_keys_mean_max": float(work["effective keys (mean)"].max()),
+        "corr_min": float(work["mean corr"].min()),
+        "corr_max": float(work["mean corr"].max()),
+        "cov_share_min": float(work["covariance share"].min()),
+        "cov_share_max": float(work["covariance share"].max()),
+    }
+
+
+# --- training an attention regressor -------------------------------------------------------
+
+TRAINING_KEYS: tuple[str, ...] = (
+    "embed_dim",
+    "num_heads",
+    "signal_dim",
+    "frequency",
+    "noise_sd",
+    "context",
+    "queries",
+    "batch_size",
+    "steps",
+    "lr",
+    "penalty",
+    "eval_every",
+    "test_prompts",
+)
+"""The coordinates a point of :func:`training_point` must hold (besides any that tell replicates apart)."""
+
+TRAINING_ARMS: tuple[str, ...] = ("no_penalty", "penalty")
+"""The two arms of a training point: without and with the orthogonality penalty."""
+
+_HISTORY_FIELDS = ("step", "train_loss", "test_mse", "hdi_key", "hdi_query", "head_correlation", "head_weights")
+
+
+def _require_point(point: object, keys: Sequence[str]) -> Mapping[str, Any]:
+    if not isinstance(point, Mapping):
+        raise TypeError(f"point must be a mapping, got {type(point).__name__}")
+    absent = [k for k in keys if k not in point]
+    if absent:
+        raise ValueError(f"point lacks the coordinate(s) {absent}")
+    return point
+
+
+def signal_overlap(bases: Tensor, signal_dim: int) -> float:
+    r"""How much of the signal subspace (the first s coordinates) the heads hold, on average.
+
+    :math:`\operatorname{mean}_h \lVert S^\top Q_h\rVert_F^2 / s` for orthonormal bases
+    :math:`Q_h` and :math:`S = [e_1, \dots, e_s]`: 1 when every head contains S, 0 when every
+    head is orthogonal to it, :math:`d_k/D` on average for random heads.
+
+    Parameters
+    ----------
+    bases : Tensor, shape (H, D, d_k)
+        Orthonormal columns per head (:func:`nwlib.orthonormal_basis`).
+    signal_dim : int
+        s, 1 <= s <= D.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import torch
+    >>> I = torch.eye(4, dtype=torch.float64)
+    >>> signal_overlap(torch.stack([I[:, :2], I[:, 2:]]), 1)
+    0.5
+    """
+    bases = require_tensor(bases, "bases", min_dim=3)
+    s = require_positive_int(signal_dim, "signal_dim")
+    if s > bases.shape[-2]:
+        raise ValueError(f"signal_dim must be <= D = {bases.shape[-2]}, got {s}")
+    return float(bases[..., :s, :].pow(2).sum((-2, -1)).mean() / s)
+
+
+def training_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") -> dict[str, Any]:
+    r"""One point of the training sweep: one task, one replicate, trained without and with the penalty.
+
+    Both arms call :func:`nwlib.models.training.train_regressor` with the same ``seed``, so
+    they share the initialisation, the training prompts and the test prompts (common random
+    numbers: the penalty's effect is a paired difference over replicates); this is why the two
+    arms are one point, not two. The task is :class:`~nwlib.models.training.InContextTask`
+    with ``embed_dim``, ``signal_dim``, ``frequency`` and ``noise_sd``; the regressor has
+    ``num_heads`` heads of d_k = D/H and is trained in float32.
+
+    Parameters
+    ----------
+    point : Mapping
+        The coordinates of :data:`TRAINING_KEYS` (``batch_size`` prompts per step of ``context``
+        pairs and ``queries`` queries, ``steps`` Adam steps at learning rate ``lr``, the
+        penalty's weight ``penalty``, an evaluation every ``eval_every`` steps on
+        ``test_prompts`` prompts); others (a ``replicate`` number) only tell points apart.
+    seed : int
+        The run's seed (from :func:`nwlib.sweep.point_seed`).
+    device : str, default "cpu"
+        Where to train (``"auto"``: CUDA, then MPS, then CPU).
+
+    Returns
+    -------
+    dict
+        For each arm of :data:`TRAINING_ARMS`, the fields of
+        :class:`~nwlib.models.training.TrainingHistory` (lists over the evaluations) and
+        ``signal_overlap``, the trained keys' :func:`signal_overlap`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``point`` lacks a coordinate or holds a bad value (named in the message).
+    """
+    point = _require_point(point, TRAINING_KEYS)
+    task = InContextTask(
+        point["embed_dim"], point["signal_dim"], frequency=point["frequency"], noise_sd=point["noise_sd"]
+    )
+    penalty = require_real(point["penalty"], "penalty", minimum=0.0)
+    dev = resolve_device(device)
+    out: dict[str, Any] = {}
+    for arm, weight in zip(TRAINING_ARMS, (0.0, penalty), strict=True):
+        model, history = train_regressor(
+            task,
+            num_heads=point["num_heads"],
+            steps=point["steps"],
+            batch_size=point["batch_size"],
+            context=point["context"],
+            queries=point["queries"],
+            lr=point["lr"],
+            penalty=weight,
+            seed=seed,
+            eval_every=point["eval_every"],
+            test_prompts=point["test_prompts"],
+            device=dev,
+        )
+        bases = orthonormal_basis(model.key_projections.detach().double().cpu())
+        out[arm] = {**dataclasses.asdict(history), "signal_overlap": signal_overlap(bases, task.signal_dim)}
+    return out
+
+
+def training_series(results: Sequence[Mapping[str, Any]], arm: str, key: str) -> Tensor:
+    """One recorded quantity of one arm over the replicates of a task.
+
+    Parameters
+    ----------
+    results : sequence of dict
+        :func:`training_point` results, one per replicate.
+    arm : {"no_penalty", "penalty"}
+    key : str
+        A :class:`~nwlib.models.training.TrainingHistory` field of one number per evaluation
+        (``"test_mse"``, ``"hdi_key"``, ``"hdi_query"``, ``"head_correlation"``, ...).
+
+    Returns
+    -------
+    Tensor, shape (replicates, evaluations), float64
+    """
+    if arm not in TRAINING_ARMS:
+        raise ValueError(f"arm must be one of {list(TRAINING_ARMS)}, got {arm!r}")
+    if key not in _HISTORY_FIELDS or key == "head_weights":
+        raise ValueError(f"key must be a per-evaluation number of the history, got {key!r}")
+    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence) or not results:
+        raise TypeError("results must be a non-empty sequence of training_point results")
+    return torch.tensor([r[arm][key] for r in results], dtype=torch.float64)
+
+
+TRAINING_QUANTITIES: dict[str, str] = {
+    "MSE, no penalty": "mse0",
+    "MSE, penalty": "mse1",
+    "MSE change (paired)": "dmse",
+    "HDI K at init": "hdi_init",
+    "HDI K trained": "hdi_end",
+    "HDI K change": "dhdi",
+    "HDI Q trained": "hdiq_end",
+    "head corr at init": "corr_init",
+    "head corr, no penalty": "corr0",
+    "head corr, penalty": "corr1",
+    "corr change, no penalty": "dcorr0",
+    "corr change, penalty": "dcorr1",
+    "signal overlap": "overlap",
+}
+"""The quantities of :func:`training_comparisons` that chapter 5 glues, and the short names it glues them under."""
+
+
+def training_comparisons(results: Sequence[Mapping[str, Any]]) -> dict[str, Comparison]:
+    """The chapter's quantities for one task, each over the replicates (paired where two share a seed).
+
+    Final values are those of the last evaluation; "at init" of the first (step 0). Means
+    are :func:`nwlib.evidence.mean`, changes :func:`nwlib.evidence.paired` (the penalty's arm
+    against the other on the same seeds, a trained value against the same run's initial one).
+
+    Parameters
+    ----------
+    results : sequence of dict
+        :func:`training_point` results, one per replicate (at least two).
+
+    Returns
+    -------
+    dict of str to Comparison
+        ``"MSE, no penalty"``, ``"MSE, penalty"``, ``"MSE change (paired)"``, ``"HDI K at init"``,
+        ``"HDI K trained"``, ``"HDI K change"``, ``"HDI Q trained"``, ``"HDI K trained, penalty"``,
+        ``"head corr at init"``, ``"head corr, no penalty"``, ``"head corr, penalty"``,
+        ``"corr change, no penalty"``, ``"corr change, penalty"``, ``"signal overlap"`` (no penalty).
+    """
+    if len(results) < 2:
+        raise ValueError(f"results must hold at least two replicates, got {len(results)}")
+    mse0 = training_series(results, "no_penalty", "test_mse")[:, -1]
+    mse1 = training_series(results, "penalty", "test_mse")[:, -1]
+    hdi_path = training_series(results, "no_penalty", "hdi_key")
+    corr_path = training_series(results, "no_penalty", "head_correlation")
+    corr1 = training_series(results, "penalty", "head_correlation")[:, -1]
+    overlap = torch.tensor([r["no_penalty"]["signal_overlap"] for r in results], dtype=torch.float64)
+    return {
+        "MSE, no penalty": mean(mse0),
+        "MSE, penalty": mean(mse1),
+        "MSE change (paired)": paired(mse1, mse0),
+        "HDI K at init": mean(hdi_path[:, 0]),
+        "HDI K trained": mean(hdi_path[:, -1]),
+        "HDI K change": paired(hdi_path[:, -1], hdi_path[:, 0]),
+        "HDI Q trained": mean(training_series(results, "no_penalty", "hdi_query")[:, -1]),
+        "HDI K trained, penalty": mean(training_series(results, "penalty", "hdi_key")[:, -1]),
+        "head corr at init": mean(corr_path[:, 0]),
+        "head corr, no penalty": mean(corr_path[:, -1]),
+        "head corr, penalty": mean(corr1),
+        "corr change, no penalty": paired(corr_path[:, -1], corr_path[:, 0]),
+        "corr change, penalty": paired(corr1, corr_path[:, 0]),
+        "signal overlap": mean(overlap),
+    }
+
+
+# --- minimising the MSE over head subspaces --------------------------------------------------
+
+OPTIMISATION_KEYS: tuple[str, ...] = (
+    "task",
+    "embed_dim",
+    "noise_sd",
+    "num_heads",
+    "head_dim",
+    "n",
+    "steps",
+    "replicates",
+    "eval_size",
+    "lr",
+    "regime",
+    "record_every",
+)
+"""The coordinates a point of :func:`optimisation_point` must hold (besides any that tell restarts apart)."""
+
+REGIMES: tuple[str, ...] = ("i", "ii")
+"""Regime (i): every head keeps the signal directions; (ii): all directions are free."""
+
+
+def _signal_directions(task: RegressionTask, dtype: torch.dtype = torch.float64) -> Tensor:
+    return torch.eye(task.embed_dim, dtype=dtype)[:, : task.signal_dim]
+
+
+def optimisation_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") -> dict[str, Any]:
+    r"""One restart of the direct minimisation of the integrated MSE over head subspaces.
+
+    :func:`nwlib.models.training.optimise_subspaces` on the task ``make_task(task, embed_dim,
+    noise_sd=noise_sd)`` with H = ``num_heads`` Gaussian-kernel heads of d_k = ``head_dim``,
+    training sets of size ``n`` and Scott's bandwidth :math:`n^{-1/(d_k+4)}`
+    (:func:`nwlib.scott_bandwidth`); ``replicates`` training sets and ``eval_size`` points per
+    step, ``steps`` Adam steps at learning rate ``lr``, recorded every ``record_every`` steps.
+    Regime ``"i"`` keeps the task's signal directions :math:`e_1, \dots, e_s` in every head,
+    ``"ii"`` moves all columns. Restarts are independent (each its own seed).
+
+    Parameters
+    ----------
+    point : Mapping
+        The coordinates of :data:`OPTIMISATION_KEYS`; others (a ``restart`` number) only tell
+        points apart.
+    seed : int
+        The restart's seed (from :func:`nwlib.sweep.point_seed`): the start and every step's data.
+    device : str, default "cpu"
+        Accepted for :func:`nwlib.sweep.run_sweep`; the optimisation runs on the CPU in float64
+        (``optimise_subspaces`` takes no device).
+
+    Returns
+    -------
+    dict
+        ``bases`` (the final orthonormal bases, nested lists of shape (H, D, d_k)) and the
+        fields of :class:`~nwlib.models.training.OptimisationHistory` (``step``, ``objective``,
+        ``hdi``, ``signal_overlap``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``point`` lacks a coordinate or holds a bad value (named in the message).
+    """
+    point = _require_point(point, OPTIMISATION_KEYS)
+    if point["regime"] not in REGIMES:
+        raise ValueError(f"regime must be one of {list(REGIMES)}, got {point['regime']!r}")
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a string such as 'cpu', got {type(device).__name__}")
+    task = make_task(point["task"], point["embed_dim"], noise_sd=point["noise_sd"])
+    bases, history = optimise_subspaces(
+        task,
+        num_heads=point["num_heads"],
+        head_dim=point["head_dim"],
+        n=point["n"],
+        steps=point["steps"],
+        replicates=point["replicates"],
+        eval_size=point["eval_size"],
+        bandwidth=float(scott_bandwidth(point["n"], point["head_dim"])),
+        shared=_signal_directions(task) if point["regime"] == "i" else None,
+        lr=point["lr"],
+        seed=seed,
+        record_every=point["record_every"],
+    )
+    return {"bases": bases.tolist(), **dataclasses.asdict(history)}
+
+
+def comparison_families(
+    num_heads: int, head_dim: int, embed_dim: int, *, dtype: torch.dtype = torch.float64
+) -> dict[str, Tensor]:
+    """Chapter 3's fixed families (:func:`nwlib.equiangular_heads`), on the CPU.
+
+    Parameters
+    ----------
+    num_heads, head_dim, embed_dim : int
+        H, d_k and D, with (H + 1) d_k <= D.
+    dtype : torch.dtype, default torch.float64
+
+    Returns
+    -------
+    dict of str to Tensor, each (H, D, d_k)
+        ``"identical heads"`` (HDI 0), ``"share e1, others orthogonal"`` (HDI (d_k - 1)/d_k) and
+        ``"pairwise orthogonal"`` (HDI 1).
+    """
+    H, k, D = num_heads, head_dim, embed_dim
+    return {
+        "identical heads": equiangular_heads(0.0, num_heads=H, head_dim=k, embed_dim=D, dtype=dtype),
+        "share e1, others orthogonal": equiangular_heads(
+            math.pi / 2, num_heads=H, head_dim=k, embed_dim=D, shared_dim=1, dtype=dtype
+        ),
+        "pairwise orthogonal": equiangular_heads(math.pi / 2, num_heads=H, head_dim=k, embed_dim=D, dtype=dtype),
+    }
+
+
+def nuisance_hdi(bases: Tensor, shared: Tensor) -> float:
+    r"""The invariant HDI of the heads' parts orthogonal to the shared directions.
+
+    Head h's nuisance part is spanned by the leading :math:`d_k - s` left singular vectors of
+    :math:`(I - SS^\top) Q_h`: for a head that contains S exactly its other directions.
+
+    Parameters
+    ----------
+    bases : Tensor, shape (H, D, d_k)
+        Orthonormal bases.
+    shared : Tensor, shape (D, s)
+        Orthonormal shared directions, s < d_k.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import torch
+    >>> I = torch.eye(5, dtype=torch.float64)
+    >>> heads = torch.stack([I[:, [0, 1]], I[:, [0, 2]]])  # share e1, orthogonal elsewhere
+    >>> nuisance_hdi(heads, I[:, :1])
+    1.0
+    """
+    bases = require_tensor(bases, "bases", min_dim=3)
+    shared = require_tensor(shared, "shared", min_dim=2)
+    if bases.dim() != 3 or shared.dim() != 2 or shared.shape[0] != bases.shape[1]:
+        raise ValueError(
+            f"bases must have shape (H, D, d_k) and shared (D, s), got {tuple(bases.shape)} and {tuple(shared.shape)}"
+        )
+    k, s = bases.shape[-1], shared.shape[-1]
+    if s >= k:
+        raise ValueError(f"shared must have fewer columns than the heads (s < d_k = {k}), got s = {s}")
+    parts = []
+    for q in bases:
+        u, _, _ = torch.linalg.svd(q - shared @ (shared.T @ q), full_matrices=False)
+        parts.append(u[:, : k - s])
+    return float(hdi(torch.stack(parts)))
+
+
+@dataclass(frozen=True)
+class FamilyCheck:
+    """Families of heads scored on independent data (see :func:`check_families`).
+
+    Attributes
+    ----------
+    errors : dict of str to Tensor, each (R, m)
+        Squared error of the equally weighted ensemble per training set and evaluation point.
+    best : str
+        The candidate with the lowest mean error.
+    mse : dict of str to Comparison
+        Mean error with a standard error over training sets and points (:func:`nwlib.evidence.crossed`).
+    vs_best : dict of str to Comparison
+        Paired difference from the best candidate, same sets and points (0 ± 0 for the best).
+    table : pandas.DataFrame
+        Per family (index ``"family"``): ``HDI``, ``nuisance HDI``, ``signal overlap``, ``MSE``,
+        ``SE``, ``vs best optimised``, ``paired SE``.
+    """
+
+    errors: dict[str, Tensor]
+    best: str
+    mse: dict[str, Comparison]
+    vs_best: dict[str, Comparison]
+    table: pd.DataFrame
+
+
+def check_families(
+    task: RegressionTask,
+    families: Mapping[str, Tensor],
+    *,
+    n: int,
+    replicates: int,
+    points: int,
+    bandwidth: float,
+    seed: int,
+    candidates: Sequence[str] | None = None,
+) -> FamilyCheck:
+    """Score head families on independent data, all on the same training sets and points (paired).
+
+    The ``points`` evaluation points come from a generator seeded with ``seed`` (drawn in
+    float64, used in float32), the ``replicates`` training sets of size ``n`` from one seeded
+    with ``seed + 1`` anew for every family (so every family sees the same sets); the ensembles
+    are simulated in float32 by :func:`nwlib.simulate` with the Gaussian kernel's ``bandwidth``,
+    on the CPU.
+
+    Parameters
+    ----------
+    task : RegressionTask
+    families : mapping of str to Tensor, each (H, D, d_k)
+        Orthonormal bases.
+    n, replicates, points : int
+        Training-set size, number of training sets (>= 2) and evaluation points (>= 2).
+    bandwidth : float
+        > 0.
+    seed : int
+    candidates : sequence of str, optional
+        The families the best is picked from (default: all).
+
+    Returns
+    -------
+    FamilyCheck
+    """
+    import pandas as pd
+
+    if not isinstance(task, RegressionTask):
+        raise TypeError(f"task must be a RegressionTask, got {type(task).__name__}")
+    if not isinstance(families, Mapping) or not families:
+        raise TypeError("families must be a non-empty mapping of names to (H, D, d_k) bases")
+    n = require_positive_int(n, "n")
+    replicates = require_positive_int(replicates, "replicates", minimum=2)
+    points = require_positive_int(points, "points", minimum=2)
+    bandwidth = require_positive_finite(bandwidth, "bandwidth")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    candidates = list(families) if candidates is None else list(candidates)
+    unknown = [c for c in candidates if c not in families]
+    if unknown or not candidates:
+        raise ValueError(f"candidates must name families, got {unknown or candidates}")
+    z = torch.randn(points, task.embed_dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    z = z.float()
+    target = task.f(z)
+    errors = {}
+    for name, bases in families.items():
+        pred = simulate(
+            task,
+            require_tensor(bases, f"families[{name!r}]", min_dim=3).float(),
+            z,
+            n=n,
+            replicates=replicates,
+            generator=torch.Generator().manual_seed(seed + 1),
+            bandwidth=bandwidth,
+        )
+        errors[name] = (pred.mean(1) - target).pow(2).double()  # (training sets, points)
+    best = min(candidates, key=lambda k: float(errors[k].mean()))
+    mse = {name: crossed(e) for name, e in errors.items()}
+    vs_best = {name: crossed(e, errors[best]) for name, e in errors.items()}
+    shared = _signal_directions(task)
+    table = pd.DataFrame(
+        [
+            {
+                "family": name,
+                "HDI": float(hdi(Q)),
+                "nuisance HDI": nuisance_hdi(Q.double(), shared),
+                "signal overlap": signal_overlap(Q, task.signal_dim),
+                "MSE": mse[name].estimate,
+                "SE": mse[name].se,
+                "vs best optimised": vs_best[name].estimate,
+                "paired SE": vs_best[name].se,
+            }
+            for name, Q in families.items()
+        ]
+    ).set_index("family")
+    return FamilyCheck(errors, best, mse, vs_best, table)
+
+
+def optimisation_summary(runs: Sequence[Mapping[str, Any]], nuisance: Sequence[float]) -> dict[str, Comparison]:
+    """The restarts of one regime: where the HDI and the signal overlap start and end.
+
+    Parameters
+    ----------
+    runs : sequence of dict
+        :func:`optimisation_point` results, one per restart (at least two).
+    nuisance : sequence of float
+        The final bases' :func:`nuisance_hdi`, one per restart.
+
+    Returns
+    -------
+    dict of str to Comparison
+        ``"hdi start"``, ``"hdi end"``, ``"overlap start"``, ``"overlap end"``, ``"nuisance hdi"``
+        (means over restarts) and ``"hdi change"`` (end minus start, paired by restart).
+    """
+    if len(runs) < 2 or len(nuisance) != len(runs):
+        raise ValueError(
+            f"runs must hold at least two restarts and nuisance one value per run, got {len(runs)} and {len(nuisance)}"
+        )
+
+    def at(key: str, index: int) -> Tensor:
+        return torch.tensor([r[key][index] for r in runs], dtype=torch.float64)
+
+    return {
+        "hdi start": mean(at("hdi", 0)),
+        "hdi end": mean(at("hdi", -1)),
+        "overlap start": mean(at("signal_overlap", 0)),
+        "overlap end": mean(at("signal_overlap", -1)),
+        "nuisance hdi": mean(torch.tensor(list(nuisance), dtype=torch.float64)),
+        "hdi change": paired(at("hdi", -1), at("hdi", 0)),
+    }
+
+
+# --- the large-n covariance formula ------------------------------------------------------
+
+COVARIANCE_ANGLES: tuple[float, ...] = (0.0, math.pi / 8, math.pi / 4, 3 * math.pi / 8, math.pi / 2)
+"""The principal angles (radians) at which :func:`covariance_check` simulates by default."""
+
+
+def covariance_inflation(a: float, cos_theta: float) -> float:
+    r"""The large-n noise covariance factor :math:`R(\theta)` of two one-dimensional Gaussian heads.
+
+    .. math::
+        R = \frac{(1+a)^2}{\sqrt{\big((1+a)^2 - a^2c^2\big)^2 - a^2c^2}},\qquad c = \cos\theta,\ a = 1/b^2,
+
+    the limit of :math:`n\sum_i w^h_i(z)w^{h'}_i(z)` integrated over :math:`z \sim N(0, I)`
+    for :math:`x, z \sim N(0, I)`; 1 at :math:`\theta = \pi/2`, :math:`(1+a)^{3/2}/\sqrt{1+3a}`
+    at :math:`\theta = 0`.
+
+    Parameters
+    ----------
+    a : float
+        1/b², > 0.
+    cos_theta : float
+        In [0, 1].
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> covariance_inflation(1.0, 0.0)
+    1.0
+    """
+    a = require_positive_finite(a, "a")
+    c = require_real(cos_theta, "cos_theta", minimum=0.0, maximum=1.0)
+    return (1 + a) ** 2 / math.sqrt(((1 + a) ** 2 - a**2 * c**2) ** 2 - a**2 * c**2)
+
+
+def covariance_exponent(a: float, cos_theta: float) -> np.ndarray:
+    r"""The matrix B with :math:`\rho(z) \propto e^{-z^\top B z/2}`, for two unit directions at angle θ in R².
+
+    With :math:`u = e_1`, :math:`w = (c, \sqrt{1-c^2})` and :math:`M = a(uu^\top + ww^\top)`,
+    :math:`B = M(I+M)^{-1} - \frac{a}{1+a}(uu^\top + ww^\top)`. :math:`\rho(z)` has a finite
+    second moment under :math:`z \sim N(0, I)` exactly when :math:`I + 2B` is positive definite.
+
+    Parameters
+    ----------
+    a : float
+        1/b², > 0.
+    cos_theta : float
+        In [0, 1].
+
+    Returns
+    -------
+    numpy.ndarray, shape (2, 2), float64
+    """
+    a = require_positive_finite(a, "a")
+    c = require_real(cos_theta, "cos_theta", minimum=0.0, maximum=1.0)
+    u, w = np.array([1.0, 0.0]), np.array([c, math.sqrt(1 - c * c)])
+    P = np.outer(u, u) + np.outer(w, w)
+    M = a * P
+    return M @ np.linalg.inv(np.eye(2) + M) - a / (1 + a) * P
+
+
+@dataclass(frozen=True)
+class CovarianceCheck:
+    """The simulation of :func:`covariance_check`.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        Per angle: ``"theta (deg)"``, ``"simulated"``, ``"SE"`` (over designs), ``"R(theta)"``,
+        ``"rel. error"`` (simulated / R − 1) and ``"finite variance"`` (``"yes"``/``"no"``).
+    finite : list of Comparison
+        The relative errors (mean over designs, SE) at the angles with finite variance.
+    """
+
+    table: pd.DataFrame
+    finite: list[Comparison]
+
+
+def covariance_check(
+    bandwidth: float,
+    *,
+    n: int,
+    points: int,
+    designs: int,
+    generator: torch.Generator,
+    angles: Sequence[float] = COVARIANCE_ANGLES,
+) -> CovarianceCheck:
+    r"""Simulate :math:`n\sum_i w^h_i(z)w^{h'}_i(z)` for two one-dimensional Gaussian heads in R².
+
+    For each angle θ and each of ``designs`` designs: n points :math:`x \sim N(0, I_2)`, then
+    ``points`` points :math:`z \sim N(0, I_2)` (drawn in this order from ``generator``, in
+    float64), NW weights of the heads :math:`e_1` and :math:`(\cos\theta, \sin\theta)` with the
+    Gaussian kernel of ``bandwidth`` (:func:`nwlib.nadaraya_watson_weights`), and the mean over
+    z; against :func:`covariance_inflation`. The variance over z is finite where
+    :math:`I + 2B` (:func:`covariance_exponent`) is positive definite.
+
+    Parameters
+    ----------
+    bandwidth : float
+        b > 0.
+    n, points : int
+    designs : int
+        >= 2 (the standard error is over designs).
+    generator : torch.Generator
+        On the CPU.
+    angles : sequence of float, default :data:`COVARIANCE_ANGLES`
+        In [0, π/2].
+
+    Returns
+    -------
+    CovarianceCheck
+    """
+    import pandas as pd
+
+    b = require_positive_finite(bandwidth, "bandwidth")
+    n = require_positive_int(n, "n")
+    points = require_positive_int(points, "points")
+    designs = require_positive_int(designs, "designs", minimum=2)
+    require_generator(generator, "cpu")
+    a = 1 / b**2
+    rows, finite = [], []
+    for theta in angles:
+        theta = require_real(theta, "angles", minimum=0.0, maximum=math.pi / 2)
+        dirs = torch.tensor([[1.0, 0.0], [math.cos(theta), math.sin(theta)]], dtype=torch.float64)  # (2 heads, 2)
+        by_design = []
+        for _ in range(designs):
+            x = torch.randn(n, 2, generator=generator, dtype=torch.float64)
+            z = torch.randn(points, 2, generator=generator, dtype=torch.float64)
+            w = nadaraya_watson_weights(
+                (z @ dirs.T).T[..., None], (x @ dirs.T).T[..., None], kernel="gaussian", bandwidth=b
+            )  # (2, m, n)
+            by_design.append(float((n * (w[0] * w[1]).sum(-1)).mean()))
+        c = min(max(math.cos(theta), 0.0), 1.0)
+        limit = covariance_inflation(a, c)
+        is_finite = bool(np.linalg.eigvalsh(covariance_exponent(a, c)).min() > -0.5)
+        sims = torch.tensor(by_design, dtype=torch.float64)
+        sim, rel = mean(sims), mean(sims / limit - 1)
+        if is_finite:
+            finite.append(rel)
+        rows.append(
+            {
+                "theta (deg)": theta * 180 / math.pi,
+                "simulated": sim.estimate,
+                "SE": sim.se,
+                "R(theta)": limit,
+                "rel. error": rel.estimate,
+                "finite variance": "yes" if is_finite else "no",
+            }
+        )
+    return CovarianceCheck(pd.DataFrame(rows), finite)

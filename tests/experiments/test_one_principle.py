@@ -1,0 +1,548 @@
+"""Tests of nwlib.experiments.one_principle (chapter 7): the four ensembles, the law, the nested heads, the floor.
+
+Small sizes throughout; the references are explicit formulas and brute-force loops in NumPy
+(variances, covariances, NW weights, delete-one jackknives), scikit-learn's own forest
+predictions, statsmodels' Holm correction, counting subsets, and torch's raw draws for the
+order in which the generator is consumed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from itertools import combinations
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+from statsmodels.stats.multitest import multipletests
+
+from nwlib import make_task
+from nwlib.evidence import Comparison
+from nwlib.experiments.one_principle import (
+    ENSEMBLES,
+    SHORT,
+    Design,
+    FloorData,
+    OnePrincipleConfig,
+    OnePrincipleResult,
+    batch_a_contrasts,
+    batch_b_contrasts,
+    chapter_numbers,
+    ensemble_batch,
+    format_floor_table,
+    format_law_table,
+    format_mse_table,
+    format_terms_table,
+    jackknife_comparisons,
+    jackknife_groups,
+    make_design,
+    member_weights,
+    nested_deviations,
+    one_principle_experiment,
+    plus_minus,
+    rsm_target_fraction,
+    run_ensembles,
+)
+
+SMALL = dict(
+    embed_dim=4, signal_dim=2, n=40, m=6, replicates=4, max_members=4, subset_dim=2, floor_replicates=4, head_draws=2
+)
+
+
+def small(**changes) -> OnePrincipleConfig:
+    return OnePrincipleConfig(**{**SMALL, **changes})
+
+
+@pytest.fixture(scope="module")
+def experiment() -> OnePrincipleResult:
+    return one_principle_experiment(small(), seed=0)
+
+
+# --- brute-force references (NumPy, float64) ---------------------------------------------------
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().double().numpy()
+
+
+def _nw(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, bandwidth: float) -> np.ndarray:
+    """Gaussian NW, one query at a time."""
+    out = np.empty(len(queries))
+    for j, q in enumerate(queries):
+        k = np.exp(-((keys - q) ** 2).sum(-1) / (2 * bandwidth**2))
+        out[j] = (k * values).sum() / k.sum()
+    return out
+
+
+def _cov_summary(p: np.ndarray) -> tuple[float, float]:
+    """(V̄, C̄): mean member variance and mean covariance over ordered pairs, R − 1 denominators, point by point."""
+    r, b, m = p.shape
+    cov = np.stack([np.cov(p[:, :, j], rowvar=False, ddof=1).reshape(b, b) for j in range(m)])  # (m, B, B)
+    off = ~np.eye(b, dtype=bool)
+    return float(np.mean([np.diag(c).mean() for c in cov])), float(np.mean([c[off].mean() for c in cov]))
+
+
+def _ensemble_variance(p: np.ndarray) -> float:
+    """Integrated variance (R − 1) of the members' uniform average."""
+    return float(p.mean(1).var(0, ddof=1).mean())
+
+
+def _jackknife_se(statistic, p: np.ndarray) -> float:
+    r = p.shape[0]
+    loo = np.array([statistic(np.delete(p, i, axis=0)) for i in range(r)])
+    return float(math.sqrt((r - 1) / r * ((loo - loo.mean()) ** 2).sum()))
+
+
+def _unbiased_bias_sq(p: np.ndarray, target: np.ndarray) -> float:
+    avg = p.mean(1)  # (R, m)
+    return float(((avg.mean(0) - target) ** 2 - avg.var(0, ddof=1) / p.shape[0]).mean())
+
+
+# --- configuration and design -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "name"),
+    [
+        (dict(max_members=6), ValueError, "max_members"),
+        (dict(max_members=2), ValueError, "max_members"),
+        (dict(floor_replicates=5), ValueError, "floor_replicates"),
+        (dict(subset_dim=5), ValueError, "subset_dim"),
+        (dict(signal_dim=5), ValueError, "signal_dim"),
+        (dict(attention_kernel="cosine"), ValueError, "attention_kernel"),
+        (dict(tasks=("isotropic",)), ValueError, "tasks"),
+        (dict(tasks=("subspace", "subspace")), ValueError, "tasks"),
+        (dict(tasks="subspace"), TypeError, "tasks"),
+        (dict(n=40.0), TypeError, "n"),
+        (dict(replicates=2, floor_replicates=2), ValueError, "replicates"),
+        (dict(head_draws=0), ValueError, "head_draws"),
+        (dict(forest_jobs=0), ValueError, "forest_jobs"),
+        (dict(noise_sd=-0.1), ValueError, "noise_sd"),
+        (dict(design_seed=-1), ValueError, "design_seed"),
+    ],
+)
+def test_config_rejects_bad_parameters_by_name(changes, error, name):
+    with pytest.raises(error, match=name):
+        small(**changes)
+
+
+def test_config_derived_values_follow_their_formulas():
+    cfg = small(n=300, embed_dim=6, max_members=32)
+    assert cfg.member_counts == [1, 2, 4, 8, 16, 32]
+    assert cfg.bandwidth_full == 300 ** (-1 / 10) and cfg.bandwidth_sub == 300 ** (-1 / 6)  # Scott's rule
+    assert cfg.bandwidth_heads == cfg.bandwidth_sub and small(attention_kernel="exp").bandwidth_heads is None
+    assert [small(embed_dim=d, signal_dim=1, subset_dim=1).max_features for d in (1, 2, 3, 7)] == [1, 1, 1, 2]
+    assert cfg.task("subspace").signal_dim == 2 and cfg.task("interaction").name == "interaction"
+
+
+def test_design_comes_from_its_own_seed(dtype, device):
+    cfg = small(design_seed=3)
+    design = make_design(cfg, device=device, dtype=dtype)
+    gen = torch.Generator(device=device).manual_seed(3)
+    expected = torch.randn(cfg.m, cfg.embed_dim, generator=gen, dtype=torch.float64, device=device)
+    assert torch.equal(design.eval_points, expected.to(dtype)) and design.eval_points.device.type == device.type
+    w = design.projections
+    assert w.shape == (cfg.max_members, cfg.embed_dim, cfg.subset_dim) and w.dtype == dtype
+    eye = torch.eye(cfg.subset_dim, dtype=dtype, device=device).expand(cfg.max_members, -1, -1)
+    torch.testing.assert_close(w.transpose(1, 2) @ w, eye, rtol=0, atol=1e-5 if dtype == torch.float32 else 1e-12)
+    assert torch.equal(make_design(cfg, device=device, dtype=dtype).projections, w)  # deterministic
+
+
+# --- one batch of the four ensembles ------------------------------------------------------------
+
+
+def test_ensemble_batch_against_brute_force(dtype, device):
+    cfg = small()
+    design = make_design(cfg, device=device, dtype=dtype)
+    task = cfg.task("subspace")
+    gen = torch.Generator(device=device).manual_seed(5)
+    batch = ensemble_batch(task, cfg, design, data_seed=11, generator=gen)
+    R, B, n, m = cfg.replicates, cfg.max_members, cfg.n, cfg.m
+    # the generator is consumed in the documented order: resamples, coordinate keys, forest seeds
+    ref = torch.Generator(device=device).manual_seed(5)
+    rows = torch.randint(0, n, (R, B, n), generator=ref, device=device)
+    torch.rand(R, B, cfg.embed_dim, generator=ref, device=device)
+    seeds = torch.randint(0, 2**31 - 1, (R,), generator=ref, device=device).tolist()
+    assert torch.equal(gen.get_state(), ref.get_state())
+    data = batch.floor_data
+    assert torch.equal(data.rows, rows) and [f.random_state for f in data.forests] == seeds
+    z, w = _np(design.eval_points), _np(design.projections)
+    x, y, cols = _np(data.x), _np(data.y), data.columns.cpu().numpy()
+    preds = {e: _np(p) for e, p in batch.predictions.items()}
+    assert all(p.shape == (R, B, m) for p in preds.values())
+    rtol = 1e-4 if dtype == torch.float32 else 1e-10
+    for r in range(R):
+        for b in range(B):
+            idx, c = rows[r, b].cpu().numpy(), cols[r, b]
+            bag = _nw(z, x[r][idx], y[r][idx], cfg.bandwidth_full)
+            rsm = _nw(z[:, c], x[r][:, c], y[r], cfg.bandwidth_sub)
+            head = _nw(z @ w[b], x[r] @ w[b], y[r], cfg.bandwidth_sub)  # the heads saw these training sets
+            np.testing.assert_allclose(preds["bagged NW"][r, b], bag, rtol=rtol, atol=rtol)
+            np.testing.assert_allclose(preds["random-subspace NW"][r, b], rsm, rtol=rtol, atol=rtol)
+            np.testing.assert_allclose(preds["attention heads"][r, b], head, rtol=rtol, atol=rtol)
+        trees = np.stack([t.predict(z.astype(np.float32)) for t in data.forests[r].estimators_])
+        np.testing.assert_allclose(preds["random forest"][r], trees, rtol=1e-6)
+        np.testing.assert_allclose(trees.mean(0), data.forests[r].predict(z), rtol=1e-5, atol=1e-6)  # sklearn's forest
+
+
+def test_ensemble_batch_is_deterministic_and_batches_differ():
+    cfg = small()
+    design = make_design(cfg)
+    task = cfg.task("interaction")
+    one, two = (
+        ensemble_batch(task, cfg, design, data_seed=1, generator=torch.Generator().manual_seed(2)) for _ in range(2)
+    )
+    assert all(torch.equal(one.predictions[e], two.predictions[e]) for e in ENSEMBLES)
+    other = ensemble_batch(task, cfg, design, data_seed=3, generator=torch.Generator().manual_seed(2))
+    assert not torch.equal(one.floor_data.x, other.floor_data.x)
+    assert torch.equal(one.floor_data.rows, other.floor_data.rows)  # the randomisation comes from the generator
+
+
+def test_run_ensembles_draws_two_data_seeds_per_task_then_the_batches():
+    cfg = small(tasks=("interaction",))
+    design = make_design(cfg)
+    runs = run_ensembles(cfg, design, generator=torch.Generator().manual_seed(4))
+    ref = torch.Generator().manual_seed(4)
+    seed_a, seed_b = torch.randint(0, 2**62, (2,), generator=ref).tolist()
+    task = make_task("interaction", cfg.embed_dim, noise_sd=cfg.noise_sd)
+    a = ensemble_batch(task, cfg, design, data_seed=seed_a, generator=ref)
+    b = ensemble_batch(task, cfg, design, data_seed=seed_b, generator=ref)
+    run = runs["interaction"]
+    assert all(torch.equal(run.a[e], a.predictions[e]) and torch.equal(run.b[e], b.predictions[e]) for e in ENSEMBLES)
+    z = _np(design.eval_points)
+    np.testing.assert_allclose(_np(run.target), math.sqrt(2) * np.sin(2 * z[:, 0]) * np.sin(2 * z[:, 1]), rtol=1e-12)
+
+
+# --- the law, measured --------------------------------------------------------------------------
+
+
+def test_law_tables_against_brute_force(experiment):
+    law, terms, cfg = experiment.law, experiment.terms, experiment.config
+    assert len(law) == len(terms) == len(cfg.tasks) * len(ENSEMBLES) * len(cfg.member_counts)
+    for name in cfg.tasks:
+        run = experiment.runs[name]
+        target = _np(run.target)
+        for ens in ENSEMBLES:
+            pa, pb = _np(run.a[ens]), _np(run.b[ens])
+            v_a, c_a = _cov_summary(pa)
+            for b in cfg.member_counts:
+                row = law[(law.task == name) & (law.ensemble == ens) & (law.b == b)].iloc[0]
+                measured, predicted = _ensemble_variance(pb[:, :b]), c_a + (v_a - c_a) / b
+                assert math.isclose(row.measured, measured, rel_tol=1e-9)
+                assert math.isclose(row.predicted, predicted, rel_tol=1e-9)
+                assert math.isclose(row.rho_a, c_a / v_a, rel_tol=1e-9) and math.isclose(
+                    row.sigma2_a, v_a, rel_tol=1e-9
+                )
+                assert math.isclose(row.measured_se, _jackknife_se(lambda q, b=b: _ensemble_variance(q[:, :b]), pb))
+                assert math.isclose(row.rel, measured / predicted - 1, rel_tol=1e-9, abs_tol=1e-12)
+                assert math.isclose(row.dev_se, math.hypot(row.measured_se, row.predicted_se), rel_tol=1e-12)
+                t = terms[(terms.task == name) & (terms.ensemble == ens) & (terms.b == b)].iloc[0]
+                sub = pb[:, :b]
+                mse = float(((sub.mean(1) - target) ** 2).mean())
+                assert math.isclose(t.mse, mse, rel_tol=1e-9)
+                assert math.isclose(t.bias_sq, _unbiased_bias_sq(sub, target), rel_tol=1e-8, abs_tol=1e-12)
+                assert math.isclose(t.variance + t.covariance, measured, rel_tol=1e-8)
+    p = 2 * norm.sf(np.abs(law.dev / law.dev_se))
+    assert list(law.significant) == list(multipletests(p, alpha=0.05, method="holm")[0])
+
+
+def test_law_summary_and_law_table(experiment):
+    summary, law = experiment.summary, experiment.law
+    assert list(summary.index) == [(t, e) for t in experiment.config.tasks for e in ENSEMBLES]
+    for (t, e), row in summary.iterrows():
+        rows = law[(law.task == t) & (law.ensemble == e)]
+        assert row.max_abs_z == rows.z.abs().max() and row.significant == rows.significant.sum()
+        v_b, c_b = _cov_summary(_np(experiment.runs[t].b[e]))
+        assert math.isclose(row.rho_b, c_b / v_b, rel_tol=1e-9)
+    table = format_law_table(summary, 3)
+    first = next(summary.itertuples())
+    assert table.iloc[0]["ρ (batch A)"] == f"{first.rho_a:.3f} ± {first.rho_a_se:.3f}"
+    assert table.iloc[0]["significant (Holm)"] == f"{first.significant} of 3"
+
+
+# --- the nested heads ---------------------------------------------------------------------------
+
+
+def test_nested_deviations_against_brute_force():
+    from nwlib import simulate
+
+    cfg = small()
+    design = make_design(cfg)
+    task = cfg.task("subspace")
+    got = nested_deviations(task, design.projections, cfg, design, generator=torch.Generator().manual_seed(9))
+    ref = torch.Generator().manual_seed(9)
+    batches = [
+        _np(
+            simulate(task, design.projections, design.eval_points, n=cfg.n, replicates=cfg.replicates,
+                     bandwidth=cfg.bandwidth_sub, generator=torch.Generator().manual_seed(s))
+        )
+        for s in torch.randint(0, 2**62, (2,), generator=ref).tolist()
+    ]  # fmt: skip
+
+    def predicted(p, b):
+        v, c = _cov_summary(p)
+        return c + (v - c) / b
+
+    for b, cmp in zip(cfg.member_counts, got, strict=True):
+        expected = _ensemble_variance(batches[1][:, :b]) - predicted(batches[0], b)
+        se = math.hypot(
+            _jackknife_se(lambda q, b=b: _ensemble_variance(q[:, :b]), batches[1]),
+            _jackknife_se(lambda q, b=b: predicted(q, b), batches[0]),
+        )
+        assert math.isclose(cmp.estimate, expected, rel_tol=1e-8, abs_tol=1e-14)
+        assert math.isclose(cmp.se, se, rel_tol=1e-8)
+
+
+def test_nested_heads_check_structure(experiment):
+    heads, law, cfg = experiment.heads, experiment.law, experiment.config
+    long, pairs = heads.comparisons, heads.pairs
+    assert len(long) == cfg.head_draws * len(cfg.tasks) * len(cfg.member_counts)
+    assert len(pairs) == cfg.head_draws * len(cfg.tasks) and heads.table.shape == (cfg.head_draws, len(cfg.tasks))
+    main = law[law.ensemble == "attention heads"]
+    draw0 = long[long.draw == 0]
+    assert [c.estimate for c in draw0.deviation] == list(main.dev)  # draw 0 is the main experiment
+    p = [2 * norm.sf(abs(c.estimate / c.se)) for c in long.deviation]
+    assert list(long.significant) == list(multipletests(p, alpha=0.05, method="holm")[0])
+    for row in pairs.itertuples():
+        sel = long[(long.draw == row.draw) & (long.task == row.task)]
+        assert row.deviates == sel.significant.any() and row.max_abs_z == sel.abs_z.max()
+
+
+# --- MSE and the shared-data floor ----------------------------------------------------------------
+
+
+def test_per_replicate_mse_against_formula(experiment):
+    for (name, ens), series in experiment.mse_replicates.items():
+        p, target = _np(experiment.runs[name].b[ens]), _np(experiment.runs[name].target)
+        np.testing.assert_allclose(_np(series), ((p.mean(1) - target) ** 2).mean(-1), rtol=1e-10)
+    diff = experiment.mse_difference("subspace", "bagged NW", "random forest")
+    d = _np(
+        experiment.mse_replicates[("subspace", "bagged NW")] - experiment.mse_replicates[("subspace", "random forest")]
+    )
+    assert math.isclose(diff.estimate, d.mean(), rel_tol=1e-12)
+    assert math.isclose(diff.se, d.std(ddof=1) / math.sqrt(len(d)), rel_tol=1e-10)
+
+
+def _explicit_weights(ens, data: FloorData, r: int, cfg: OnePrincipleConfig, design: Design) -> np.ndarray:
+    z, w, x = _np(design.eval_points), _np(design.projections), _np(data.x[r])
+    out = np.zeros((cfg.max_members, cfg.m, cfg.n))
+    for b in range(cfg.max_members):
+        for j in range(cfg.m):
+            if ens == "bagged NW":  # kernel weights over the resample, added up onto the original points
+                idx = data.rows[r, b].numpy()
+                k = np.exp(-((x[idx] - z[j]) ** 2).sum(-1) / (2 * cfg.bandwidth_full**2))
+                np.add.at(out[b, j], idx, k / k.sum())
+            else:
+                q, keys = (z[j, data.columns[r, b].numpy()], x[:, data.columns[r, b].numpy()])
+                if ens == "attention heads":
+                    q, keys = z[j] @ w[b], x @ w[b]
+                k = np.exp(-((keys - q) ** 2).sum(-1) / (2 * cfg.bandwidth_sub**2))
+                out[b, j] = k / k.sum()
+    return out
+
+
+@pytest.mark.parametrize("ens", ENSEMBLES)
+def test_member_weights_are_the_members_smoothers(experiment, ens):
+    cfg, design = experiment.config, experiment.design
+    run = experiment.runs["subspace"]
+    data = run.floor_data
+    for r in range(2):
+        w = _np(member_weights(ens, data, r, cfg, design))
+        assert w.shape == (cfg.max_members, cfg.m, cfg.n) and (w >= 0).all()
+        np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-12)
+        np.testing.assert_allclose(w @ _np(data.y[r]), _np(run.b[ens][r]), rtol=1e-6, atol=1e-9)
+        if ens != "random forest":
+            np.testing.assert_allclose(w, _explicit_weights(ens, data, r, cfg, design), rtol=1e-9, atol=1e-15)
+
+
+def test_shared_data_floor_against_brute_force(experiment):
+    cfg, design = experiment.config, experiment.design
+    sd2, n = cfg.noise_sd**2, cfg.n
+    for name in cfg.tasks:
+        data = experiment.runs[name].floor_data
+        for ens in ENSEMBLES:
+            reps = experiment.floor.replicates[(name, ens)]
+            for r in range(cfg.floor_replicates):
+                w = _np(member_weights(ens, data, r, cfg, design))
+                cov = sd2 * np.einsum("bjn,cjn->bcj", w, w)  # σ² Σ_i w^b_i w^c_i at each point
+                off = ~np.eye(cfg.max_members, dtype=bool)
+                diag, cross = np.mean([np.diag(cov[:, :, j]) for j in range(cfg.m)]), cov[off].mean()
+                w_bar = w.mean(0)
+                assert math.isclose(reps["member"][r], diag, rel_tol=1e-10)
+                assert math.isclose(reps["rho_noise"][r], cross / diag, rel_tol=1e-10)
+                assert math.isclose(reps["floor_inf"][r], cross, rel_tol=1e-10)
+                assert math.isclose(reps["floor"][r], sd2 * (w_bar**2).sum(-1).mean(), rel_tol=1e-10)
+                assert reps["n_floor_min"][r] >= 1 - 1e-9  # the theorem: n ||w_bar||^2 >= 1
+                if ens == "bagged NW":
+                    z, x = _np(design.eval_points), _np(data.x[r])
+                    k = np.exp(-((x[None] - z[:, None]) ** 2).sum(-1) / (2 * cfg.bandwidth_full**2))
+                    plain = k / k.sum(-1, keepdims=True)
+                    assert math.isclose(reps["plain"][r], sd2 * (plain**2).sum(-1).mean(), rel_tol=1e-10)
+            row = experiment.floor.table.loc[(name, ens)]
+            assert math.isclose(row.floor, float(reps["floor"].mean())) and row.n_floor_min == float(
+                reps["n_floor_min"].min()
+            )
+            assert math.isnan(row.plain) == (ens != "bagged NW")
+    assert experiment.floor.table.floor.min() >= sd2 / n * (1 - 1e-9)
+
+
+def test_identical_heads_have_noise_correlation_one():
+    # a known limit: heads on one and the same projection have identical weights, so rho_noise = 1
+    cfg = small()
+    design = make_design(cfg)
+    same = Design(design.eval_points, design.projections[:1].expand(cfg.max_members, -1, -1).contiguous())
+    task = cfg.task("subspace")
+    batch = ensemble_batch(task, cfg, same, data_seed=0, generator=torch.Generator().manual_seed(0))
+    w = member_weights("attention heads", batch.floor_data, 0, cfg, same)
+    cov = torch.einsum("bjn,cjn->bcj", w, w)
+    torch.testing.assert_close(cov, cov[:1, :1].expand_as(cov))
+    p = batch.predictions["attention heads"]
+    torch.testing.assert_close(p, p[:, :1].expand_as(p))
+
+
+# --- contrasts and jackknife ----------------------------------------------------------------------
+
+
+def test_jackknife_groups_by_brute_force():
+    for reps in range(2, 200):
+        divisors = [g for g in range(2, 21) if reps % g == 0]
+        assert jackknife_groups(reps) == (max(divisors) if divisors else reps)
+    with pytest.raises(ValueError, match="replicates"):
+        jackknife_groups(1)
+
+
+def test_jackknife_comparisons_of_a_mean_give_its_standard_error():
+    x = torch.arange(12, dtype=torch.float64).pow(1.5)
+    (c,) = jackknife_comparisons(lambda v: v.mean(), x, groups=12)  # delete-one: std / sqrt(R)
+    assert isinstance(c, Comparison)
+    assert math.isclose(c.estimate, float(x.mean())) and math.isclose(c.se, float(x.std() / math.sqrt(12)))
+
+
+def test_batch_contrasts_against_brute_force(experiment):
+    cfg = experiment.config
+    for name in cfg.tasks:
+        run = experiment.runs[name]
+        fits = [_cov_summary(_np(run.a[e])) for e in ENSEMBLES]
+        rho, s2 = [c / v for v, c in fits], [v for v, _ in fits]
+        expected_a = [rho[1] - rho[0], rho[1] - rho[2], rho[1] - rho[3], s2[0] - s2[1], s2[0] - s2[2], s2[0] - s2[3]]
+        np.testing.assert_allclose(batch_a_contrasts(*(run.a[e] for e in ENSEMBLES)), expected_a, rtol=1e-8, atol=1e-14)
+        np.testing.assert_allclose([c.estimate for c in experiment.contrast_a[name]], expected_a, rtol=1e-8, atol=1e-14)
+        target = _np(run.target)
+        f, r, h = (_np(run.b[e]) for e in ("random forest", "random-subspace NW", "attention heads"))
+        expected_b = [
+            _unbiased_bias_sq(h, target) - 10 * _ensemble_variance(h),
+            _unbiased_bias_sq(r, target) - _unbiased_bias_sq(f, target),
+        ]
+        got_b = batch_b_contrasts(
+            run.target, *(run.b[e] for e in ("random forest", "random-subspace NW", "attention heads"))
+        )
+        np.testing.assert_allclose(got_b, expected_b, rtol=1e-7, atol=1e-12)
+        # delete-a-group jackknife, groups of one replicate here (R = 4): brute force over the deleted replicate
+        se = _jackknife_se(lambda q, t=target: _unbiased_bias_sq(q, t) - 10 * _ensemble_variance(q), h)
+        assert math.isclose(experiment.contrast_b[name][0].se, se, rel_tol=1e-7)
+
+
+# --- the random-subspace target and the chapter's numbers ---------------------------------------
+
+
+def test_rsm_target_fraction_by_counting_subsets():
+    for dim in range(1, 9):
+        for k in range(1, dim + 1):
+            subsets = list(combinations(range(dim), k))
+            assert math.isclose(rsm_target_fraction("subspace", dim, k), sum(0 in s for s in subsets) / len(subsets))
+            both = sum({0, 1} <= set(s) for s in subsets) / len(subsets)
+            assert math.isclose(rsm_target_fraction("interaction", dim, k), both, abs_tol=1e-15)
+    with pytest.raises(ValueError, match="subset_dim"):
+        rsm_target_fraction("subspace", 3, 4)
+    with pytest.raises(ValueError, match="task"):
+        rsm_target_fraction("isotropic", 3, 2)
+
+
+def test_rsm_bias_target_is_the_targets_squared_bias(experiment):
+    z = _np(experiment.design.eval_points)
+    f = {"subspace": (np.sin(2 * z[:, 0]) + np.sin(2 * z[:, 1])) / math.sqrt(2),
+         "interaction": math.sqrt(2) * np.sin(2 * z[:, 0]) * np.sin(2 * z[:, 1])}  # fmt: skip
+    fraction = {"subspace": 2 / 4, "interaction": 2 / 12}  # k/D and k(k-1)/(D(D-1)) for D = 4, k = 2
+    for name, value in experiment.rsm_bias_target.items():
+        assert math.isclose(value, (1 - fraction[name]) ** 2 * (f[name] ** 2).mean(), rel_tol=1e-12)
+
+
+def test_chapter_numbers_cover_the_page_and_agree_with_the_tables(experiment):
+    numbers = chapter_numbers(experiment)
+    keys = set(numbers.estimates) | set(numbers.counts) | set(numbers.info)
+    assert len(keys) == len(numbers.estimates) + len(numbers.counts) + len(numbers.info)  # no key twice
+    for name in experiment.config.tasks:
+        for ens in ENSEMBLES:
+            key = f"{name}_{SHORT[ens]}"
+            for prefix in ("rho", "sigma2", "mse", "bias_sq", "var_cov", "rho_noise", "floor"):
+                assert isinstance(numbers.estimates[f"{prefix}_{key}"], Comparison)
+            assert {f"rho_se_{key}", f"mse_se_{key}"} <= set(numbers.info)
+            # variance + covariance of all members (decompose) is the measured variance (equicorrelation)
+            law = experiment.law
+            row = law[(law.task == name) & (law.ensemble == ens) & (law.b == experiment.config.max_members)].iloc[0]
+            assert math.isclose(numbers.estimates[f"var_cov_{key}"].estimate, row.measured, rel_tol=1e-8)
+        for short in ("bagged", "rsm", "heads"):
+            assert (
+                f"dmse_{short}_forest_{name}" in numbers.estimates and f"dmse_{short}_forest_se_{name}" in numbers.info
+            )
+        assert {f"bag_floor_over_plain_{name}", f"dmse_rsm_bag_{name}"} <= set(numbers.estimates)
+    cfg = experiment.config
+    assert numbers.counts["law_rows_per_ensemble"] == len(cfg.member_counts) * len(cfg.tasks)
+    assert numbers.counts["head_comparisons"] == len(experiment.heads.comparisons)
+    assert numbers.counts["head_pairs_deviating"] == int(experiment.heads.pairs.deviates.sum())
+    assert all(type(v) is int for v in numbers.counts.values()) and all(type(v) is float for v in numbers.info.values())
+    rho = experiment.summary.rho_a
+    assert numbers.info["rho_bag_min"] == min(rho[(t, "bagged NW")] for t in cfg.tasks)
+    with pytest.raises(TypeError, match="result"):
+        chapter_numbers(experiment.law)
+
+
+def test_table_builders(experiment):
+    mse = format_mse_table(experiment)
+    assert list(mse.index) == [(t, e) for t in experiment.config.tasks for e in ENSEMBLES]
+    assert mse.loc[("subspace", "random forest"), "minus forest (paired)"] == "0.0000 ± 0.0000"
+    floor = format_floor_table(experiment.floor.table, experiment.summary)
+    assert (
+        floor.loc[("interaction", "bagged NW"), "ρ total (batch B)"]
+        == f"{experiment.summary.rho_b[('interaction', 'bagged NW')]:.3f}"
+    )
+    terms = format_terms_table(experiment.terms, [1, 4])
+    assert sorted(set(terms.index.get_level_values("b"))) == [1, 4] and len(terms) == 2 * len(ENSEMBLES) * 2
+    assert plus_minus(1.23456, 0.1) == "1.2346 ± 0.1000"
+
+
+# --- the whole experiment -------------------------------------------------------------------------
+
+
+def test_experiment_is_deterministic_with_a_fixed_design(experiment):
+    again = one_principle_experiment(small(), seed=0)
+    assert chapter_numbers(again) == chapter_numbers(experiment)
+    other = one_principle_experiment(small(), seed=1)
+    assert torch.equal(other.design.eval_points, experiment.design.eval_points)  # the design has its own seed
+    assert torch.equal(other.design.projections, experiment.design.projections)
+    assert (
+        chapter_numbers(other).estimates["rho_subspace_bagged"]
+        != chapter_numbers(experiment).estimates["rho_subspace_bagged"]
+    )
+
+
+def test_bad_arguments_are_named():
+    cfg = small()
+    design = make_design(cfg)
+    gen = torch.Generator().manual_seed(0)
+    with pytest.raises(TypeError, match="task"):
+        ensemble_batch("subspace", cfg, design, data_seed=0, generator=gen)
+    with pytest.raises(ValueError, match="design"):
+        ensemble_batch(cfg.task("subspace"), dataclasses.replace(cfg, m=7), design, data_seed=0, generator=gen)
+    with pytest.raises(ValueError, match="data_seed"):
+        ensemble_batch(cfg.task("subspace"), cfg, design, data_seed=-1, generator=gen)
+    with pytest.raises(TypeError, match="generator"):
+        run_ensembles(cfg, design, generator=0)
+    with pytest.raises(TypeError, match="config"):
+        make_design(SMALL)
+    with pytest.raises(ValueError, match="seed"):
+        one_principle_experiment(cfg, seed=-1)
+    with pytest.raises(ValueError, match="ensemble"):
+        member_weights("boosting", FloorData(*([None] * 5)), 0, cfg, design)
