@@ -200,3 +200,46 @@ def test_book_tooling_imports_no_torch(modules):
         f"import sys, {modules}; assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)[:5]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _layer_modules():
+    import importlib
+    import pkgutil
+
+    import nwlib.experiments
+    import nwlib.models
+
+    for package in (nwlib.experiments, nwlib.models):
+        for info in pkgutil.iter_modules(package.__path__):
+            if not info.name.startswith("_"):
+                yield importlib.import_module(f"{package.__name__}.{info.name}")
+
+
+def test_one_name_per_concept_in_the_experiments_and_models():
+    offenders = []
+    for module in _layer_modules():
+        for name in getattr(module, "__all__", []):
+            obj = getattr(module, name)
+            if inspect.isfunction(obj) or inspect.isclass(obj):
+                try:
+                    params = inspect.signature(obj).parameters
+                except (TypeError, ValueError):
+                    continue
+                # "heads" names a collection (an ensemble's member predictions) as often as a count:
+                # only a count, annotated int, must be num_heads
+                offenders += [
+                    f"{module.__name__}.{name}({p})"
+                    for p, param in params.items()
+                    if p in RETIRED_NAMES and (p != "heads" or "int" in str(param.annotation))
+                ]
+    assert not offenders, f"retired spellings in experiment or model signatures: {offenders}"
+
+
+def test_every_experiment_module_lists_and_documents_its_exports():
+    for module in _layer_modules():
+        assert module.__doc__, f"{module.__name__} has no docstring"
+        assert hasattr(module, "__all__"), f"{module.__name__} has no __all__"
+        for name in module.__all__:
+            obj = getattr(module, name)  # every export resolves
+            if inspect.isfunction(obj) or inspect.isclass(obj):
+                assert inspect.getdoc(obj), f"{module.__name__}.{name} has no docstring"
