@@ -7,10 +7,11 @@ Tools for the chapter on Theorem 3.1 that the Monte Carlo engine lacks:
   standard errors combined;
 * :func:`grouped_jackknife` gives a standard error for any statistic of Monte Carlo replicates
   (a ratio of covariances, a prediction made from one batch) by deleting groups of replicates;
-* :func:`equicorrelated_fit` summarises one batch of H heads by the three numbers of the
-  equicorrelated model, :math:`b^2`, :math:`\bar V` and :math:`\rho = \bar C/\bar V`, and predicts the
-  MSE of the uniform average of any number of such heads, :math:`b^2 + \bar V(\rho + (1-\rho)/H)`,
-  to be checked on another batch;
+* :func:`equicorrelation` summarises one batch of H heads (or of any ensemble's members) by the
+  numbers of the equicorrelated model, :math:`b^2`, :math:`\bar V` and :math:`\rho = \bar C/\bar V`,
+  with delete-one jackknife standard errors, and predicts the variance and MSE of the uniform
+  average of any number of such members, :math:`b^2 + \bar V(\rho + (1-\rho)/H)`, to be checked
+  on another batch;
 * :func:`conditional_moments` and :func:`covariance_split` split the heads' covariance by the law
   of total covariance into a *noise part* :math:`\E_X[\sigma^2\sum_i w^h_i w^{h'}_i]` (the shared-data
   floor, non-negative for Nadaraya–Watson weights) and a *design part*
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -38,12 +40,12 @@ from .decomposition import decompose, noise_covariance
 
 __all__ = [
     "CovarianceSplit",
-    "EquicorrelatedFit",
+    "Equicorrelation",
     "JackknifeEstimate",
     "PairedDifference",
     "conditional_moments",
     "covariance_split",
-    "equicorrelated_fit",
+    "equicorrelation",
     "grouped_jackknife",
     "paired_difference",
 ]
@@ -180,75 +182,212 @@ def grouped_jackknife(statistic: Callable[..., Tensor], *arrays: Tensor, groups:
     return JackknifeEstimate(estimate=full, se=jackknife_se(torch.stack(leave_out)))
 
 
-class EquicorrelatedFit(NamedTuple):
-    r"""The equicorrelated summary of one batch of heads (see :func:`equicorrelated_fit`)."""
+@dataclass(frozen=True)
+class Equicorrelation:
+    r"""The equicorrelated summary of an ensemble's Monte Carlo predictions, with jackknife SEs.
 
-    bias_sq: float
-    """:math:`b^2`, the integrated squared bias of the uniform average of all H heads (unbiased)."""
-    mean_head_variance: float
-    r""":math:`\bar V`, the mean head variance over heads and points."""
+    Built by :func:`equicorrelation`. With :math:`V_b(x)` and :math:`C_{bb'}(x)` the
+    members' variances and covariances over the training sets, integrated over the
+    evaluation points (uniform average):
+
+    Attributes
+    ----------
+    mean_variance : float
+        :math:`\sigma^2 = \bar V`, the mean member variance.
+    mean_covariance : float
+        :math:`\bar C`, the mean over ordered pairs b ≠ b' (NaN for B = 1).
+    rho : float
+        :math:`\rho = \bar C/\bar V`: with it,
+        :math:`\Var(\frac1B\sum_b\hat f_b) = \sigma^2(\rho + (1-\rho)/B)` exactly.
+    ensemble_variance : float
+        The integrated variance of the uniform average of the B members.
+    mean_variance_se, mean_covariance_se, rho_se, ensemble_variance_se : float
+        Delete-one jackknife standard errors over the R replicates.
+    num_members : int
+        B.
+    replicates : int
+        R.
+    bias_sq : float
+        :math:`b^2`, the unbiased integrated squared bias of the members' uniform average
+        (:func:`nwlib.decompose`), when :func:`equicorrelation` was given the target; else NaN.
+    """
+
+    mean_variance: float
+    mean_covariance: float
     rho: float
-    r""":math:`\rho = \bar C/\bar V`, mean cross-head covariance over mean head variance."""
+    ensemble_variance: float
+    mean_variance_se: float
+    mean_covariance_se: float
+    rho_se: float
+    ensemble_variance_se: float
+    num_members: int
+    replicates: int
+    leave_one_out: Tensor = field(repr=False)
+    """(R, 2) float64: the delete-one values of (σ², C̄)."""
+    bias_sq: float = math.nan
 
-    def variance_ratio(self, num_heads: int | Tensor) -> float | Tensor:
-        r"""Predicted ensemble variance over one head's variance, :math:`\rho + (1-\rho)/H`."""
-        return self.rho + (1.0 - self.rho) / num_heads
+    def variance_ratio(self, num_members: int | Tensor) -> float | Tensor:
+        r"""Predicted variance of the uniform average of b members over one member's: :math:`\rho + (1-\rho)/b`.
 
-    def mse(self, num_heads: int | Tensor) -> float | Tensor:
-        r"""Predicted integrated MSE of the uniform average of H heads, :math:`b^2 + \bar V(\rho + (1-\rho)/H)`."""
-        return self.bias_sq + self.mean_head_variance * self.variance_ratio(num_heads)
+        Parameters
+        ----------
+        num_members : int or Tensor
+            b (a tensor gives the curve at every entry).
+        """
+        self._require_pairs()
+        return self.rho + (1.0 - self.rho) / num_members
+
+    def mse(self, num_members: int | Tensor) -> float | Tensor:
+        r"""Predicted integrated MSE of the uniform average of b members: :math:`b^2 + \bar V(\rho + (1-\rho)/b)`.
+
+        Needs the squared bias: fit with ``equicorrelation(predictions, target)``.
+
+        Parameters
+        ----------
+        num_members : int or Tensor
+        """
+        if math.isnan(self.bias_sq):
+            raise ValueError("mse needs the squared bias: call equicorrelation(predictions, target)")
+        return self.bias_sq + self.mean_variance * self.variance_ratio(num_members)
+
+    def predicted_variance(self, num_members: int) -> float:
+        r"""The equicorrelated curve :math:`\bar C + (\bar V - \bar C)/b = \sigma^2(\rho + (1-\rho)/b)`.
+
+        Parameters
+        ----------
+        num_members : int
+            b >= 1.
+
+        Returns
+        -------
+        float
+        """
+        b = require_positive_int(num_members, "num_members")
+        self._require_pairs()
+        return self.mean_covariance + (self.mean_variance - self.mean_covariance) / b
+
+    def predicted_variance_se(self, num_members: int) -> float:
+        """Jackknife standard error of :meth:`predicted_variance` (same replicates, same delete-one sets).
+
+        Parameters
+        ----------
+        num_members : int
+
+        Returns
+        -------
+        float
+        """
+        b = require_positive_int(num_members, "num_members")
+        self._require_pairs()
+        v, c = self.leave_one_out[:, 0], self.leave_one_out[:, 1]
+        return float(jackknife_se(c + (v - c) / b))
+
+    def _require_pairs(self) -> None:
+        if self.num_members < 2:
+            raise ValueError("the equicorrelated curve needs a mean covariance: num_members must be >= 2")
 
 
-def equicorrelated_fit(predictions: Tensor, target: Tensor) -> EquicorrelatedFit:
-    r"""Fit the equicorrelated model of Theorem 3.1 to one batch of H >= 2 heads.
+def _loo_integrated_variance(centred: Tensor) -> tuple[Tensor, Tensor]:
+    """Unbiased variance over dim 0, averaged over the other dims, and its R delete-one values.
 
-    :math:`\bar V` is the mean over heads and points of the head variances, :math:`\bar C` the
-    mean over pairs h ≠ h' and points of the covariances (both with the R − 1 denominator of
-    :func:`nwlib.decompose`), :math:`\rho = \bar C/\bar V`, and :math:`b^2` the unbiased
-    integrated squared bias of the uniform average of all H heads. For exchangeable heads the
-    model predicts the MSE of the uniform average of any number of them; fit it on one batch and
-    check it on another (at H itself the prediction equals the batch's own MSE by construction).
+    Deleting replicate r from a sum of squares S about the mean removes R/(R-1)·d_r²
+    (d_r the deviation from the full mean); the R - 2 denominator makes it unbiased.
+    """
+    r = centred.shape[0]
+    sq = centred.pow(2)
+    total = sq.sum(0).mean()  # mean over the other dims of S
+    per = sq.flatten(1).mean(1)  # (R,) mean over the other dims of d_r²
+    full = total / (r - 1)
+    loo = (total - r / (r - 1) * per) / (r - 2)
+    return full, loo
+
+
+def equicorrelation(predictions: Tensor, target: Tensor | None = None) -> Equicorrelation:
+    r"""Fit the equicorrelated law to an ensemble's Monte Carlo predictions.
+
+    From R replicates of B members at m points: the mean member variance
+    :math:`\sigma^2`, the mean cross-member covariance :math:`\bar C`, their ratio
+    :math:`\rho`, the variance of the members' uniform average, and delete-one jackknife
+    standard errors for all of them (closed forms, no refitting). Variances and
+    covariances use the R − 1 denominator, as in :func:`nwlib.decompose`, whose
+    ``mean_head_variance`` and ``mean_head_covariance`` these equal.
 
     Parameters
     ----------
-    predictions : Tensor, shape (R, H, m)
-        Head predictions of R replicates, R >= 2 and H >= 2 (e.g. from :func:`nwlib.simulate`).
-    target : Tensor, shape (m,)
-        The true function at the m points.
+    predictions : Tensor, shape (R, B, m)
+        R >= 3 replicates (the jackknife of an unbiased variance needs R - 1 >= 2) of B members
+        (heads, trees, bagged estimators) at m points.
+    target : Tensor, shape (m,), optional
+        The true function at the points: then ``bias_sq`` and :meth:`~Equicorrelation.mse` too.
 
     Returns
     -------
-    EquicorrelatedFit
-        ``bias_sq``, ``mean_head_variance``, ``rho``; ``.mse(H)`` and ``.variance_ratio(H)``
-        give the predictions.
+    Equicorrelation
+        Its :meth:`~Equicorrelation.predicted_variance` gives the curve at any b; with the
+        target, :meth:`~Equicorrelation.mse` the predicted MSE (fit on one batch, check on another:
+        at b = B the prediction equals the batch's own MSE by construction).
 
     Raises
     ------
     TypeError, ValueError
-        As :func:`nwlib.decompose`; also if H < 2 or every head has zero variance.
+        If ``predictions`` is not a floating tensor of shape (R, B, m) with R >= 3.
+
+    Notes
+    -----
+    The mean covariance comes from the variance U of the members' average: the
+    sample covariances are bilinear, so :math:`B^2 U = B\bar V + B(B-1)\bar C` holds
+    exactly for the estimates, and :math:`\bar C = (BU - \bar V)/(B-1)`, also for every
+    delete-one set. Computed in float64.
 
     Examples
     --------
     >>> import torch
     >>> g = torch.Generator().manual_seed(0)
-    >>> common = torch.randn(4000, 1, 3, generator=g, dtype=torch.float64)
-    >>> own = torch.randn(4000, 4, 3, generator=g, dtype=torch.float64)
-    >>> fit = equicorrelated_fit(common + own, torch.zeros(3, dtype=torch.float64))  # rho = 1/2
-    >>> round(fit.rho, 1), round(fit.mean_head_variance, 1)
-    (0.5, 2.0)
+    >>> common = torch.randn(4000, 1, 1, generator=g, dtype=torch.float64)
+    >>> own = torch.randn(4000, 5, 1, generator=g, dtype=torch.float64)
+    >>> fit = equicorrelation(common + own)          # sigma^2 = 2, rho = 1/2
+    >>> round(fit.rho, 1), round(fit.predicted_variance(5), 1)
+    (0.5, 1.2)
     """
-    predictions, target = require_predictions_target(predictions, target, min_replicates=2)
-    if predictions.shape[1] < 2:
-        raise ValueError(f"predictions must have H >= 2 heads to measure a correlation, got {tuple(predictions.shape)}")
-    # The per-point terms only: no jackknife, so that this is cheap inside grouped_jackknife.
-    dec = decompose(predictions, target)
-    heads = predictions.shape[1]
-    off = ~torch.eye(heads, dtype=torch.bool, device=predictions.device)
-    vbar = float(dec.head_variance.double().mean())
-    if not vbar > 0:
-        raise ValueError("predictions must have heads with positive variance to define rho")
-    cbar = float(dec.head_covariance[off].double().mean())
-    return EquicorrelatedFit(bias_sq=float(dec.bias_sq.double().mean()), mean_head_variance=vbar, rho=cbar / vbar)
+    predictions = require_tensor(predictions, "predictions")
+    if predictions.dim() != 3 or predictions.shape[0] < 3 or min(predictions.shape[1:]) < 1:
+        raise ValueError(
+            f"predictions must have shape (R, B, m) with R >= 3 and B, m >= 1, got {tuple(predictions.shape)}"
+        )
+    bias_sq = math.nan
+    if target is not None:
+        predictions, target = require_predictions_target(predictions, target, min_replicates=3)
+        bias_sq = float(decompose(predictions, target).bias_sq.double().mean())
+    p = predictions.double()
+    r, b, _ = p.shape
+    centred = p - p.mean(0)
+    v_full, v_loo = _loo_integrated_variance(centred)
+    u_full, u_loo = _loo_integrated_variance(centred.mean(1))
+    if b > 1 and not v_full > 0:
+        raise ValueError("predictions must have members with positive variance to define rho")
+    if b > 1:
+        c_full = (b * u_full - v_full) / (b - 1)
+        c_loo = (b * u_loo - v_loo) / (b - 1)
+        rho_full, rho_loo = c_full / v_full, c_loo / v_loo
+        c_val, rho_val = float(c_full), float(rho_full)
+        c_se, rho_se = float(jackknife_se(c_loo)), float(jackknife_se(rho_loo))
+    else:
+        c_loo = torch.full_like(v_loo, math.nan)
+        c_val = rho_val = c_se = rho_se = math.nan
+    return Equicorrelation(
+        mean_variance=float(v_full),
+        mean_covariance=c_val,
+        rho=rho_val,
+        ensemble_variance=float(u_full),
+        mean_variance_se=float(jackknife_se(v_loo)),
+        mean_covariance_se=c_se,
+        rho_se=rho_se,
+        ensemble_variance_se=float(jackknife_se(u_loo)),
+        num_members=b,
+        replicates=r,
+        leave_one_out=torch.stack([v_loo, c_loo], dim=1).cpu(),
+        bias_sq=bias_sq,
+    )
 
 
 def conditional_moments(weights: Tensor, f_values: Tensor, noise_sd: float | Tensor) -> tuple[Tensor, Tensor]:

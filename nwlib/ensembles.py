@@ -19,8 +19,9 @@ to Monte Carlo predictions, with jackknife standard errors.
 * :func:`forest_member_predictions`, :func:`forest_weights`: a fitted
   ``RandomForestRegressor``'s trees as an (R, B, m) prediction tensor, and each tree as a
   weighted average of the training responses;
-* :func:`equicorrelation`: σ², the mean cross-member covariance, ρ and the equicorrelated
-  curve, with delete-one jackknife standard errors.
+* the equicorrelated law itself is fitted by :func:`nwlib.equicorrelation` (in
+  :mod:`nwlib.combination`, with Theorem 3.1's other tools): σ², the mean cross-member
+  covariance, ρ and the curve, with delete-one jackknife standard errors.
 
 scikit-learn is not a dependency of the library: the forest helpers only read the fitted
 attributes (``estimators_``, ``apply``, ``estimators_samples_``).
@@ -28,16 +29,13 @@ attributes (``estimators_``, ``apply``, ``estimators_samples_``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ._jackknife import jackknife_se
 from ._validation import (
     require_choice,
     require_dtype,
@@ -51,10 +49,8 @@ from .montecarlo import _DataBlocks
 from .tasks import RegressionTask
 
 __all__ = [
-    "Equicorrelation",
     "bootstrap_indices",
     "draw_training_sets",
-    "equicorrelation",
     "feature_subsets",
     "forest_member_predictions",
     "forest_weights",
@@ -478,171 +474,3 @@ def forest_weights(forest: Any, train_inputs: Tensor, eval_points: Tensor) -> Te
     weights = same * counts[:, None, :]
     weights /= weights.sum(-1, keepdims=True)
     return torch.as_tensor(weights).to(dtype=eval_points.dtype, device=eval_points.device)
-
-
-@dataclass(frozen=True)
-class Equicorrelation:
-    r"""The equicorrelated summary of an ensemble's Monte Carlo predictions, with jackknife SEs.
-
-    Built by :func:`equicorrelation`. With :math:`V_b(x)` and :math:`C_{bb'}(x)` the
-    members' variances and covariances over the training sets, integrated over the
-    evaluation points (uniform average):
-
-    Attributes
-    ----------
-    mean_variance : float
-        :math:`\sigma^2 = \bar V`, the mean member variance.
-    mean_covariance : float
-        :math:`\bar C`, the mean over ordered pairs b ≠ b' (NaN for B = 1).
-    rho : float
-        :math:`\rho = \bar C/\bar V`: with it,
-        :math:`\Var(\frac1B\sum_b\hat f_b) = \sigma^2(\rho + (1-\rho)/B)` exactly.
-    ensemble_variance : float
-        The integrated variance of the uniform average of the B members.
-    mean_variance_se, mean_covariance_se, rho_se, ensemble_variance_se : float
-        Delete-one jackknife standard errors over the R replicates.
-    num_members : int
-        B.
-    replicates : int
-        R.
-    """
-
-    mean_variance: float
-    mean_covariance: float
-    rho: float
-    ensemble_variance: float
-    mean_variance_se: float
-    mean_covariance_se: float
-    rho_se: float
-    ensemble_variance_se: float
-    num_members: int
-    replicates: int
-    leave_one_out: Tensor = field(repr=False)
-    """(R, 2) float64: the delete-one values of (σ², C̄)."""
-
-    def predicted_variance(self, num_members: int) -> float:
-        r"""The equicorrelated curve :math:`\bar C + (\bar V - \bar C)/b = \sigma^2(\rho + (1-\rho)/b)`.
-
-        Parameters
-        ----------
-        num_members : int
-            b >= 1.
-
-        Returns
-        -------
-        float
-        """
-        b = require_positive_int(num_members, "num_members")
-        self._require_pairs()
-        return self.mean_covariance + (self.mean_variance - self.mean_covariance) / b
-
-    def predicted_variance_se(self, num_members: int) -> float:
-        """Jackknife standard error of :meth:`predicted_variance` (same replicates, same delete-one sets).
-
-        Parameters
-        ----------
-        num_members : int
-
-        Returns
-        -------
-        float
-        """
-        b = require_positive_int(num_members, "num_members")
-        self._require_pairs()
-        v, c = self.leave_one_out[:, 0], self.leave_one_out[:, 1]
-        return float(jackknife_se(c + (v - c) / b))
-
-    def _require_pairs(self) -> None:
-        if self.num_members < 2:
-            raise ValueError("the equicorrelated curve needs a mean covariance: num_members must be >= 2")
-
-
-def _loo_integrated_variance(centred: Tensor) -> tuple[Tensor, Tensor]:
-    """Unbiased variance over dim 0, averaged over the other dims, and its R delete-one values.
-
-    Deleting replicate r from a sum of squares S about the mean removes R/(R-1)·d_r²
-    (d_r the deviation from the full mean); the R - 2 denominator makes it unbiased.
-    """
-    r = centred.shape[0]
-    sq = centred.pow(2)
-    total = sq.sum(0).mean()  # mean over the other dims of S
-    per = sq.flatten(1).mean(1)  # (R,) mean over the other dims of d_r²
-    full = total / (r - 1)
-    loo = (total - r / (r - 1) * per) / (r - 2)
-    return full, loo
-
-
-def equicorrelation(predictions: Tensor) -> Equicorrelation:
-    r"""Fit the equicorrelated law to an ensemble's Monte Carlo predictions.
-
-    From R replicates of B members at m points: the mean member variance
-    :math:`\sigma^2`, the mean cross-member covariance :math:`\bar C`, their ratio
-    :math:`\rho`, the variance of the members' uniform average, and delete-one jackknife
-    standard errors for all of them (closed forms, no refitting). Variances and
-    covariances use the R − 1 denominator, as in :func:`nwlib.decompose`, whose
-    ``mean_head_variance`` and ``mean_head_covariance`` these equal.
-
-    Parameters
-    ----------
-    predictions : Tensor, shape (R, B, m)
-        R >= 3 replicates (the jackknife of an unbiased variance needs R - 1 >= 2).
-
-    Returns
-    -------
-    Equicorrelation
-        Its :meth:`~Equicorrelation.predicted_variance` gives the curve at any b.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``predictions`` is not a floating tensor of shape (R, B, m) with R >= 3.
-
-    Notes
-    -----
-    The mean covariance comes from the variance U of the members' average: the
-    sample covariances are bilinear, so :math:`B^2 U = B\bar V + B(B-1)\bar C` holds
-    exactly for the estimates, and :math:`\bar C = (BU - \bar V)/(B-1)`, also for every
-    delete-one set. Computed in float64.
-
-    Examples
-    --------
-    >>> import torch
-    >>> g = torch.Generator().manual_seed(0)
-    >>> common = torch.randn(4000, 1, 1, generator=g, dtype=torch.float64)
-    >>> own = torch.randn(4000, 5, 1, generator=g, dtype=torch.float64)
-    >>> fit = equicorrelation(common + own)          # sigma^2 = 2, rho = 1/2
-    >>> round(fit.rho, 1), round(fit.predicted_variance(5), 1)
-    (0.5, 1.2)
-    """
-    predictions = require_tensor(predictions, "predictions")
-    if predictions.dim() != 3 or predictions.shape[0] < 3 or min(predictions.shape[1:]) < 1:
-        raise ValueError(
-            f"predictions must have shape (R, B, m) with R >= 3 and B, m >= 1, got {tuple(predictions.shape)}"
-        )
-    p = predictions.double()
-    r, b, _ = p.shape
-    centred = p - p.mean(0)
-    v_full, v_loo = _loo_integrated_variance(centred)
-    u_full, u_loo = _loo_integrated_variance(centred.mean(1))
-    if b > 1:
-        c_full = (b * u_full - v_full) / (b - 1)
-        c_loo = (b * u_loo - v_loo) / (b - 1)
-        rho_full, rho_loo = c_full / v_full, c_loo / v_loo
-        c_val, rho_val = float(c_full), float(rho_full)
-        c_se, rho_se = float(jackknife_se(c_loo)), float(jackknife_se(rho_loo))
-    else:
-        c_loo = torch.full_like(v_loo, math.nan)
-        c_val = rho_val = c_se = rho_se = math.nan
-    return Equicorrelation(
-        mean_variance=float(v_full),
-        mean_covariance=c_val,
-        rho=rho_val,
-        ensemble_variance=float(u_full),
-        mean_variance_se=float(jackknife_se(v_loo)),
-        mean_covariance_se=c_se,
-        rho_se=rho_se,
-        ensemble_variance_se=float(jackknife_se(u_loo)),
-        num_members=b,
-        replicates=r,
-        leave_one_out=torch.stack([v_loo, c_loo], dim=1).cpu(),
-    )

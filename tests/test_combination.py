@@ -10,9 +10,10 @@ import torch
 
 from nwlib import decompose, nadaraya_watson_weights, noise_covariance
 from nwlib.combination import (
+    Equicorrelation,
     conditional_moments,
     covariance_split,
-    equicorrelated_fit,
+    equicorrelation,
     grouped_jackknife,
     paired_difference,
 )
@@ -121,40 +122,112 @@ def test_grouped_jackknife_needs_a_callable():
         grouped_jackknife(1.0, torch.zeros(4), groups=2)
 
 
-# ---------------------------------------------------------------- equicorrelated_fit
+# ---------------------------------------------------------------- the equicorrelated law (equicorrelation)
+
+M = 7
 
 
-def test_equicorrelated_fit_reproduces_its_own_batch_at_H(dtype, device):
+def _predictions(dtype=torch.float64, device="cpu", r_count=15, members=4, seed=0):
+    g = torch.Generator(device).manual_seed(seed)
+    common = torch.randn(r_count, 1, M, generator=g, dtype=torch.float64, device=device)
+    own = torch.randn(r_count, members, M, generator=g, dtype=torch.float64, device=device)
+    scale = torch.linspace(0.5, 1.5, members, dtype=torch.float64, device=device)[None, :, None]
+    return (common + scale * own).to(dtype)  # unequal variances: the summary is still exact
+
+
+def test_equicorrelation_agrees_with_decompose(dtype, device):
+    p = _predictions(dtype, device)
+    fit = equicorrelation(p)
+    dec = decompose(p, torch.zeros(M, dtype=dtype, device=device)).integrated()
+    rel = 1e-5 if dtype == torch.float32 else 1e-12
+    assert math.isclose(fit.mean_variance, dec.mean_head_variance, rel_tol=rel)
+    assert math.isclose(fit.mean_covariance, dec.mean_head_covariance, rel_tol=rel * 10)
+    assert math.isclose(fit.ensemble_variance, dec.variance + dec.covariance, rel_tol=rel)
+    assert math.isclose(fit.rho, fit.mean_covariance / fit.mean_variance, rel_tol=1e-12)
+    # At its own member count the curve is an identity.
+    assert math.isclose(fit.predicted_variance(fit.num_members), fit.ensemble_variance, rel_tol=1e-9)
+
+
+def test_equicorrelation_jackknife_against_brute_force():
+    p = _predictions(r_count=9, members=3, seed=4)
+    fit = equicorrelation(p)
+
+    def stats(q):
+        d = decompose(q, torch.zeros(M, dtype=q.dtype)).integrated()
+        v, c = d.mean_head_variance, d.mean_head_covariance
+        return np.array([v, c, c / v, d.variance + d.covariance, c + (v - c) / 7])
+
+    loo = np.stack([stats(torch.cat([p[:r], p[r + 1 :]])) for r in range(9)])
+    np.testing.assert_allclose(fit.leave_one_out.numpy(), loo[:, :2], rtol=1e-10)
+    se = np.sqrt(8 / 9 * ((loo - loo.mean(0)) ** 2).sum(0))
+    got = [
+        fit.mean_variance_se,
+        fit.mean_covariance_se,
+        fit.rho_se,
+        fit.ensemble_variance_se,
+        fit.predicted_variance_se(7),
+    ]
+    np.testing.assert_allclose(got, se, rtol=1e-9)
+
+
+def test_equicorrelation_recovers_a_known_law():
+    # sigma^2 = 1 + 1 = 2, rho = 1/2: Var of the mean of 8 members = 2 (1/2 + 1/16) = 1.125.
+    g = torch.Generator().manual_seed(11)
+    p = torch.randn(3000, 1, 5, generator=g, dtype=torch.float64) + torch.randn(
+        3000, 8, 5, generator=g, dtype=torch.float64
+    )
+    fit = equicorrelation(p)
+    assert isinstance(fit, Equicorrelation) and fit.num_members == 8 and fit.replicates == 3000
+    assert abs(fit.mean_variance - 2.0) < 4 * fit.mean_variance_se
+    assert abs(fit.rho - 0.5) < 4 * fit.rho_se and fit.rho_se < 0.02
+    assert abs(fit.predicted_variance(8) - 1.125) < 4 * fit.predicted_variance_se(8)
+    assert abs(fit.predicted_variance(2) - 1.5) < 4 * fit.predicted_variance_se(2)
+
+
+def test_equicorrelation_single_member_and_bad_inputs():
+    fit = equicorrelation(_predictions(members=1))
+    assert math.isnan(fit.rho) and math.isnan(fit.mean_covariance)
+    with pytest.raises(ValueError, match="num_members"):
+        fit.predicted_variance(3)
+    with pytest.raises(ValueError, match="predictions"):
+        equicorrelation(torch.zeros(2, 3, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="predictions"):
+        equicorrelation(torch.zeros(5, 3, dtype=torch.float64))
+    with pytest.raises(TypeError, match="predictions"):
+        equicorrelation(np.zeros((5, 3, 4)))
+
+
+def test_equicorrelation_reproduces_its_own_batch_at_H(dtype, device):
     p = torch.randn(200, 5, 7, generator=_gen(5, device), dtype=torch.float64, device=device).to(dtype)
     target = torch.zeros(7, dtype=dtype, device=device)
-    fit = equicorrelated_fit(p, target)
+    fit = equicorrelation(p, target)
     it = decompose(p, target).integrated()
     # At H itself the prediction is the batch's own MSE: an identity, not evidence.
     assert math.isclose(fit.mse(5), it.mse, rel_tol=1e-5 if dtype == torch.float32 else 1e-12)
 
 
-def test_equicorrelated_fit_recovers_known_parameters_and_predicts_fewer_heads():
+def test_equicorrelation_recovers_known_parameters_and_predicts_fewer_heads():
     # Heads = bias + sqrt(rho V) common + sqrt((1 - rho) V) own: V = 2, rho = 0.3, b = 0.5.
     g = _gen(6, "cpu")
     R, H, m, V, rho, b = 20000, 6, 4, 2.0, 0.3, 0.5
     common = torch.randn(R, 1, m, generator=g, dtype=torch.float64)
     own = torch.randn(R, H, m, generator=g, dtype=torch.float64)
     p = b + math.sqrt(rho * V) * common + math.sqrt((1 - rho) * V) * own
-    fit = equicorrelated_fit(p, torch.zeros(m, dtype=torch.float64))
-    assert abs(fit.rho - rho) < 0.02 and abs(fit.mean_head_variance - V) < 0.03 and abs(fit.bias_sq - b**2) < 0.02
+    fit = equicorrelation(p, torch.zeros(m, dtype=torch.float64))
+    assert abs(fit.rho - rho) < 0.02 and abs(fit.mean_variance - V) < 0.03 and abs(fit.bias_sq - b**2) < 0.02
     for h in (1, 2, 3):
         exact = b**2 + V * (rho + (1 - rho) / h)
         assert abs(fit.mse(h) - exact) < 0.05
         assert math.isclose(fit.variance_ratio(h), fit.rho + (1 - fit.rho) / h)
 
 
-def test_equicorrelated_fit_bad_inputs():
-    with pytest.raises(ValueError, match="H >= 2"):
-        equicorrelated_fit(torch.randn(10, 1, 3), torch.zeros(3))
+def test_equicorrelation_bad_inputs():
+    with pytest.raises(ValueError, match="mse needs the squared bias"):
+        equicorrelation(torch.randn(10, 2, 3)).mse(2)
     with pytest.raises(ValueError, match="positive variance"):
-        equicorrelated_fit(torch.ones(10, 2, 3), torch.zeros(3))
+        equicorrelation(torch.ones(10, 2, 3), torch.zeros(3))
     with pytest.raises(ValueError, match="target must have shape"):
-        equicorrelated_fit(torch.randn(10, 2, 3), torch.zeros(4))
+        equicorrelation(torch.randn(10, 2, 3), torch.zeros(4))
 
 
 # ---------------------------------------------------------------- conditional moments and the covariance split

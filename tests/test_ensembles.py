@@ -9,12 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from nwlib import decompose, make_task, nadaraya_watson, simulate
+from nwlib import make_task, nadaraya_watson, simulate
 from nwlib.ensembles import (
-    Equicorrelation,
     bootstrap_indices,
     draw_training_sets,
-    equicorrelation,
     feature_subsets,
     forest_member_predictions,
     forest_weights,
@@ -252,76 +250,3 @@ def test_forest_weights_bad_inputs():
         forest_weights(forests[0], torch.as_tensor(X[:30]), torch.zeros(M, 3, dtype=torch.float64))
     with pytest.raises(TypeError, match="forest"):
         forest_weights(object(), torch.as_tensor(X), torch.zeros(M, 3, dtype=torch.float64))
-
-
-# ---------------------------------------------------------------- the equicorrelated law
-
-
-def _predictions(dtype=torch.float64, device="cpu", r_count=15, members=4, seed=0):
-    g = torch.Generator(device).manual_seed(seed)
-    common = torch.randn(r_count, 1, M, generator=g, dtype=torch.float64, device=device)
-    own = torch.randn(r_count, members, M, generator=g, dtype=torch.float64, device=device)
-    scale = torch.linspace(0.5, 1.5, members, dtype=torch.float64, device=device)[None, :, None]
-    return (common + scale * own).to(dtype)  # unequal variances: the summary is still exact
-
-
-def test_equicorrelation_agrees_with_decompose(dtype, device):
-    p = _predictions(dtype, device)
-    fit = equicorrelation(p)
-    dec = decompose(p, torch.zeros(M, dtype=dtype, device=device)).integrated()
-    rel = 1e-5 if dtype == torch.float32 else 1e-12
-    assert math.isclose(fit.mean_variance, dec.mean_head_variance, rel_tol=rel)
-    assert math.isclose(fit.mean_covariance, dec.mean_head_covariance, rel_tol=rel * 10)
-    assert math.isclose(fit.ensemble_variance, dec.variance + dec.covariance, rel_tol=rel)
-    assert math.isclose(fit.rho, fit.mean_covariance / fit.mean_variance, rel_tol=1e-12)
-    # At its own member count the curve is an identity.
-    assert math.isclose(fit.predicted_variance(fit.num_members), fit.ensemble_variance, rel_tol=1e-9)
-
-
-def test_equicorrelation_jackknife_against_brute_force():
-    p = _predictions(r_count=9, members=3, seed=4)
-    fit = equicorrelation(p)
-
-    def stats(q):
-        d = decompose(q, torch.zeros(M, dtype=q.dtype)).integrated()
-        v, c = d.mean_head_variance, d.mean_head_covariance
-        return np.array([v, c, c / v, d.variance + d.covariance, c + (v - c) / 7])
-
-    loo = np.stack([stats(torch.cat([p[:r], p[r + 1 :]])) for r in range(9)])
-    np.testing.assert_allclose(fit.leave_one_out.numpy(), loo[:, :2], rtol=1e-10)
-    se = np.sqrt(8 / 9 * ((loo - loo.mean(0)) ** 2).sum(0))
-    got = [
-        fit.mean_variance_se,
-        fit.mean_covariance_se,
-        fit.rho_se,
-        fit.ensemble_variance_se,
-        fit.predicted_variance_se(7),
-    ]
-    np.testing.assert_allclose(got, se, rtol=1e-9)
-
-
-def test_equicorrelation_recovers_a_known_law():
-    # sigma^2 = 1 + 1 = 2, rho = 1/2: Var of the mean of 8 members = 2 (1/2 + 1/16) = 1.125.
-    g = torch.Generator().manual_seed(11)
-    p = torch.randn(3000, 1, 5, generator=g, dtype=torch.float64) + torch.randn(
-        3000, 8, 5, generator=g, dtype=torch.float64
-    )
-    fit = equicorrelation(p)
-    assert isinstance(fit, Equicorrelation) and fit.num_members == 8 and fit.replicates == 3000
-    assert abs(fit.mean_variance - 2.0) < 4 * fit.mean_variance_se
-    assert abs(fit.rho - 0.5) < 4 * fit.rho_se and fit.rho_se < 0.02
-    assert abs(fit.predicted_variance(8) - 1.125) < 4 * fit.predicted_variance_se(8)
-    assert abs(fit.predicted_variance(2) - 1.5) < 4 * fit.predicted_variance_se(2)
-
-
-def test_equicorrelation_single_member_and_bad_inputs():
-    fit = equicorrelation(_predictions(members=1))
-    assert math.isnan(fit.rho) and math.isnan(fit.mean_covariance)
-    with pytest.raises(ValueError, match="num_members"):
-        fit.predicted_variance(3)
-    with pytest.raises(ValueError, match="predictions"):
-        equicorrelation(torch.zeros(2, 3, 4, dtype=torch.float64))
-    with pytest.raises(ValueError, match="predictions"):
-        equicorrelation(torch.zeros(5, 3, dtype=torch.float64))
-    with pytest.raises(TypeError, match="predictions"):
-        equicorrelation(np.zeros((5, 3, 4)))

@@ -60,10 +60,10 @@ from .._validation import (
     require_tensor,
 )
 from ..combination import (
-    EquicorrelatedFit,
+    Equicorrelation,
     conditional_moments,
     covariance_split,
-    equicorrelated_fit,
+    equicorrelation,
     grouped_jackknife,
 )
 from ..decomposition import decompose
@@ -738,9 +738,9 @@ def variance_ratios(predictions: Tensor, head_counts: Sequence[int]) -> Tensor:
 
 def _fit_stats(p: Tensor, target: Tensor, head_counts: Sequence[int]) -> Tensor:
     # Batch-A quantities of the equicorrelated law: predicted MSE for every H, the floor b² + ρV̄, and ρ.
-    fit = equicorrelated_fit(p, target)
+    fit = equicorrelation(p, target)
     return torch.tensor(
-        [*(fit.mse(h) for h in head_counts), fit.bias_sq + fit.rho * fit.mean_head_variance, fit.rho],
+        [*(fit.mse(h) for h in head_counts), fit.bias_sq + fit.rho * fit.mean_variance, fit.rho],
         dtype=torch.float64,
     )
 
@@ -748,7 +748,7 @@ def _fit_stats(p: Tensor, target: Tensor, head_counts: Sequence[int]) -> Tensor:
 class FamilyFit(NamedTuple):
     """The equicorrelated law of one family: fitted on batch A, checked on batch B (see :func:`law_check`)."""
 
-    fit: EquicorrelatedFit
+    fit: Equicorrelation
     """Fitted on A (all H_max heads)."""
     rho: Comparison
     """ρ on A, with its jackknife standard error."""
@@ -780,7 +780,7 @@ def law_check(
 ) -> LawCheck:
     r"""Fit the equicorrelated law on one batch and check it on an independent one, for every family.
 
-    On ``batch_fit`` (A), :func:`nwlib.equicorrelated_fit` measures :math:`b^2`, :math:`\bar V` and
+    On ``batch_fit`` (A), :func:`nwlib.equicorrelation` measures :math:`b^2`, :math:`\bar V` and
     :math:`\rho` from all heads; its predictions get grouped-jackknife standard errors over A. On
     ``batch_test`` (B) every ensemble of the first H heads is decomposed directly
     (:func:`nwlib.decompose`). A and B are independent, so one jackknife over the pairs of
@@ -817,15 +817,15 @@ def law_check(
     with _one_thread(target.device):
         for name in FAMILIES:
             pa, pb = batch_fit[name], batch_test[name]
-            fit = equicorrelated_fit(pa, target)
+            fit = equicorrelation(pa, target)
             a = jackknife_each(lambda p: _fit_stats(p, target, counts), pa, groups=groups)
             ratio_gap = jackknife_each(
-                lambda p, q: variance_ratios(q, counts) - equicorrelated_fit(p, target).variance_ratio(ratio_heads),
+                lambda p, q: variance_ratios(q, counts) - equicorrelation(p, target).variance_ratio(ratio_heads),
                 pa,
                 pb,
                 groups=groups,
             )
-            rho_b = jackknife(lambda p: equicorrelated_fit(p, target).rho, pb, groups=groups)
+            rho_b = jackknife(lambda p: equicorrelation(p, target).rho, pb, groups=groups)
             fits[name] = FamilyFit(fit=fit, rho=a[-1], floor=a[-2], ratio_gap=ratio_gap, rho_b=rho_b)
             ratios_b = [1.0, *variance_ratios(pb, counts).tolist()]
             for i, h in enumerate(counts):
@@ -943,7 +943,7 @@ def rho_steps(batch: Mapping[str, Tensor], target: Tensor, *, groups: int) -> li
     groups = _groups(groups, batch[FAMILIES[0]].shape[0])
 
     def step(p: Tensor, q: Tensor) -> float:
-        return equicorrelated_fit(p, target).rho - equicorrelated_fit(q, target).rho
+        return equicorrelation(p, target).rho - equicorrelation(q, target).rho
 
     with _one_thread(target.device):
         return [jackknife(step, batch[lo], batch[hi], groups=groups) for lo, hi in pairwise(FAMILIES)]

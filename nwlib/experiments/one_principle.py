@@ -56,13 +56,12 @@ from .._validation import (
     require_tensor,
 )
 from ..bandwidth import scott_bandwidth
-from ..combination import grouped_jackknife
+from ..combination import equicorrelation, grouped_jackknife
 from ..decomposition import decompose, noise_covariance
 from ..device import resolve_device
 from ..ensembles import (
     bootstrap_indices,
     draw_training_sets,
-    equicorrelation,
     feature_subsets,
     forest_member_predictions,
     forest_weights,
@@ -494,7 +493,7 @@ class LawTables(NamedTuple):
 def law_tables(runs: Mapping[str, TaskRun], member_counts: Sequence[int]) -> LawTables:
     r"""The curve fitted on batch A against the variance of the first b members measured on batch B.
 
-    For each task and ensemble, :func:`nwlib.ensembles.equicorrelation` of batch A gives σ² and
+    For each task and ensemble, :func:`nwlib.equicorrelation` of batch A gives σ² and
     ρ, hence the curve :math:`\sigma^2(\rho + (1-\rho)/b)`, and of the first b members of batch
     B the measured variance. The batches are independent, so the deviation's standard error is
     the root sum of squares, and that of the relative deviation (measured / predicted − 1)
