@@ -1,0 +1,1463 @@
+r"""The Head Diversity Index (Theorem 4.2): head families, their Monte Carlo runs and the chapter's contrasts.
+
+Serves chapter 3, *The Head Diversity Index* (``book/ch03_head_diversity.md``), claims C5 (the index
+built from cross-Gram matrices), C6 (Theorem 4.2: the integrated MSE does not increase with the HDI)
+and C7 (Theorem 5.1: the MSE is smallest for orthogonal key subspaces), computed in
+``notebooks/ch03_head_diversity.ipynb``.
+
+What is here:
+
+* **geometry**: pairs of subspaces with prescribed principal angles and the accuracy of the angles
+  (:func:`pair_with_angles`, :func:`angle_accuracy`), Xavier-initialised key heads
+  (:func:`xavier_key_heads`), the expected HDI of random subspaces as a sweep of independent grid
+  points (:func:`random_hdi_point`, :func:`random_hdi_check`) and the signal mass of random pairwise
+  orthogonal families (:func:`orthogonal_signal_mass`);
+* **closed forms** of the ``single_index`` task :math:`g(t) = \sin 2t + t/2`: what a head that sees
+  the share :math:`c^2` of the signal direction can learn (:func:`head_signal_variance`,
+  :func:`additive_residual`) and the first-order noise covariance term (:func:`first_order_noise_cov`);
+* **the Monte Carlo machinery**: a :class:`Design` (task, evaluation points, fitting batch, fresh
+  points), :func:`run_family` (uniform and least-squares output weights), :func:`evaluate` and
+  :func:`ensemble_contributions` (per replicate and per point), and :func:`contrast`, a paired
+  contrast whose standard error also covers the evaluation points and (for least-squares weights) a
+  delete-a-group jackknife over the fitting batch; :func:`steps`, :func:`relative_change` and
+  :func:`count_moves` build on it;
+* **the studies**: paths of equiangular families (:func:`summarise_path`), the two-angle surface
+  (:func:`two_angle_surface`), pairwise orthogonal families against their bounds
+  (:func:`orthogonal_study`), the best-of-each-side contest on fresh data (:func:`best_family_contest`),
+  and attention's own heads (:func:`attention_heads`).
+
+Common random numbers: every family of the chapter is simulated on the same training sets (one
+generator seed), the same evaluation points and the same fitting batch, so that differences between
+families are paired. Those grids (paths, surface, orthogonal families) therefore run as one unit,
+not as independent sweep points; only the random-subspace check, whose settings share nothing, runs
+through :func:`nwlib.sweep.run_sweep`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._jackknife import jackknife_se
+from .._validation import (
+    require_choice,
+    require_dtype,
+    require_generator,
+    require_positive_finite,
+    require_positive_int,
+    require_real,
+    require_tensor,
+)
+from ..angles import multiangle_heads, noise_covariance_factor, orthogonal_heads, signal_mass
+from ..decomposition import decompose
+from ..device import resolve_device
+from ..evidence import Comparison, estimate, mean, significant
+from ..evidence import fp_tolerance as _fp_tolerance
+from ..montecarlo import simulate
+from ..subspaces import equiangular_heads, hdi, principal_angles, random_subspaces
+from ..tasks import RegressionTask, make_task
+from ..weighting import least_squares_weights, replicate_mse
+
+__all__ = [
+    "GROUPS",
+    "QUANTITIES",
+    "RIDGE",
+    "AttentionHeads",
+    "Contest",
+    "Design",
+    "Evaluation",
+    "FamilyRun",
+    "OrthogonalStudy",
+    "PathSummary",
+    "RandomHdiCheck",
+    "SignalMass",
+    "Surface",
+    "additive_residual",
+    "angle_accuracy",
+    "angle_grid",
+    "attention_heads",
+    "best_family_contest",
+    "contrast",
+    "count_moves",
+    "ensemble_contributions",
+    "evaluate",
+    "first_order_noise_cov",
+    "head_signal_variance",
+    "keeps_signal",
+    "make_design",
+    "non_orthogonal_pool",
+    "orthogonal_signal_mass",
+    "orthogonal_study",
+    "pair_with_angles",
+    "random_hdi_check",
+    "random_hdi_point",
+    "random_rotation",
+    "relative_change",
+    "run_family",
+    "signal_splits",
+    "steps",
+    "summarise_path",
+    "two_angle_surface",
+    "xavier_key_heads",
+]
+
+GROUPS = 10
+"""Groups of the fitting batch's training sets in the delete-a-group jackknife of fitted weights."""
+
+RIDGE = 1e-9
+"""Ridge of the least-squares output weights (identical heads make the Gram matrix singular)."""
+
+QUANTITIES: tuple[str, ...] = ("err", "cov", "bias", "spread")
+"""The integrated quantities of an :class:`Evaluation`: squared error, covariance term, squared bias and
+the spread of the ensemble (variance + covariance terms), so that ``err = bias + spread``."""
+
+# Offsets of the chapter's generator seeds from the notebook's seed (kept from the notebook, so that a
+# seed gives the numbers it always gave).
+_SEED_EVAL_POINTS = 3  # the evaluation points
+_SEED_MAIN = 4  # the main runs' training sets
+_SEED_FIT = 5  # the fitting batch's training sets
+_SEED_FIT_POINTS = 6  # the fitting points
+_SEED_FIT_NOISE = 7  # the noise of the fitting responses
+_SEED_FRESH_POINTS = 8  # the confirmatory runs' points
+_SEED_FRESH = 9  # the confirmatory runs' training sets
+_SHORT_NAMES = {"mse": "MSE", "cov": "covariance", "bias": "bias^2", "var": "variance"}
+_F64 = torch.float64
+_CPU = torch.device("cpu")
+
+
+def _require_seed(seed: object) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    return seed
+
+
+# --- geometry ----------------------------------------------------------------------------------
+
+
+def pair_with_angles(
+    angles: Sequence[float], embed_dim: int, *, generator: torch.Generator, dtype: torch.dtype = _F64
+) -> tuple[Tensor, Tensor]:
+    r"""Two k-dimensional subspaces of :math:`\mathbb{R}^D` with prescribed principal angles, randomly placed.
+
+    In coordinates, :math:`A = [e_1, \dots, e_k]` and column i of B is
+    :math:`\cos t_i\, e_i + \sin t_i\, e_{k+i}`; both are rotated by one Haar orthogonal matrix and A is
+    given a random (Gaussian) change of basis, so that neither range is aligned with the coordinates and
+    A's columns are not orthonormal.
+
+    Parameters
+    ----------
+    angles : sequence of float
+        The k principal angles :math:`t_i`, in radians.
+    embed_dim : int
+        D >= 2k.
+    generator : torch.Generator
+        On the CPU; draws the rotation, then the change of basis.
+    dtype : torch.dtype, default float64
+
+    Returns
+    -------
+    (Tensor, Tensor), each of shape (D, k)
+        Bases of the two subspaces.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``angles`` is empty or not real, ``embed_dim`` < 2k, or ``generator`` is not a CPU generator.
+    """
+    if isinstance(angles, (str, bytes)) or not isinstance(angles, Sequence) or not angles:
+        raise TypeError("angles must be a non-empty sequence of real numbers")
+    values = [require_real(t, f"angles[{i}]") for i, t in enumerate(angles)]
+    k = len(values)
+    D = require_positive_int(embed_dim, "embed_dim")
+    if D < 2 * k:
+        raise ValueError(f"embed_dim must be >= 2 * len(angles) = {2 * k}, got {D}")
+    require_generator(generator, _CPU)
+    dtype = require_dtype(dtype)
+    A = torch.zeros(D, k, dtype=dtype)
+    B = torch.zeros(D, k, dtype=dtype)
+    for i, t in enumerate(values):
+        A[i, i] = 1.0
+        B[i, i], B[k + i, i] = math.cos(t), math.sin(t)
+    rotation = random_subspaces(1, D, D, generator=generator, dtype=dtype)[0]
+    change_of_basis = torch.randn(k, k, generator=generator, dtype=dtype)
+    return rotation @ A @ change_of_basis, rotation @ B
+
+
+def angle_accuracy(
+    tiny_angles: Sequence[float] = (1e-3, 1e-5, 1e-7, 1e-9),
+    *,
+    generator: torch.Generator,
+    large_angle: float = 1.2,
+    embed_dim: int = 6,
+) -> Any:
+    r"""Relative errors of a tiny principal angle by three methods, for pairs with one tiny and one large angle.
+
+    For each tiny angle t a pair of 2-dimensional subspaces with angles (t, ``large_angle``)
+    (:func:`pair_with_angles`) is measured with :func:`nwlib.principal_angles` (atan2 of sines and
+    cosines), with ``arccos`` of the cosines of those angles (what the cosine alone can tell), and with
+    ``scipy.linalg.subspace_angles``.
+
+    Parameters
+    ----------
+    tiny_angles : sequence of float, default (1e-3, 1e-5, 1e-7, 1e-9)
+    generator : torch.Generator
+        CPU generator, consumed by one :func:`pair_with_angles` per tiny angle, in order.
+    large_angle : float, default 1.2
+    embed_dim : int, default 6
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by ``t``; columns ``principal_angles``, ``arccos``, ``scipy``: :math:`|\hat t - t|/t`.
+    """
+    import pandas as pd
+    import scipy.linalg
+
+    rows = []
+    for t in tiny_angles:
+        A, B = pair_with_angles((t, large_angle), embed_dim, generator=generator)
+        ours = principal_angles(A, B)
+        via_arccos = np.sort(torch.arccos(torch.cos(ours)).numpy())
+        via_scipy = np.sort(scipy.linalg.subspace_angles(A.numpy(), B.numpy()))
+        tiny = float(ours[0])
+        rows.append(
+            {
+                "t": t,
+                "principal_angles": abs(tiny - t) / t,
+                "arccos": abs(float(via_arccos[0]) - t) / t,
+                "scipy": abs(float(via_scipy[0]) - t) / t,
+            }
+        )
+    return pd.DataFrame(rows).set_index("t")
+
+
+def xavier_key_heads(
+    embed_dim: int = 64, num_heads: int = 8, *, generator: torch.Generator, dtype: torch.dtype = _F64
+) -> Tensor:
+    r"""The key heads of a Xavier-initialised ``torch.nn.MultiheadAttention`` input projection.
+
+    The (3E) × E input projection is drawn with ``torch.nn.init.xavier_uniform_`` (entries of variance
+    2/(E + 3E) = 1/(2E)); its key rows are ``E:2E`` and head h uses rows ``h*dh:(h+1)*dh`` of them,
+    dh = E/H.
+
+    Parameters
+    ----------
+    embed_dim : int, default 64
+        E, a multiple of ``num_heads``.
+    num_heads : int, default 8
+    generator : torch.Generator
+        CPU generator of the draw (``MultiheadAttention`` after ``torch.manual_seed(s)`` draws the same
+        weights as a generator seeded with s).
+    dtype : torch.dtype, default float64
+
+    Returns
+    -------
+    Tensor, shape (H, E, dh)
+        :math:`W_K^h`, one (E × dh) block per head.
+    """
+    E = require_positive_int(embed_dim, "embed_dim")
+    H = require_positive_int(num_heads, "num_heads")
+    if E % H:
+        raise ValueError(f"num_heads must divide embed_dim, got embed_dim={E}, num_heads={H}")
+    require_generator(generator, _CPU)
+    dh = E // H
+    in_proj = torch.empty(3 * E, E, dtype=require_dtype(dtype))
+    torch.nn.init.xavier_uniform_(in_proj, generator=generator)
+    W_k = in_proj[E : 2 * E]
+    return torch.stack([W_k[h * dh : (h + 1) * dh].T for h in range(H)])
+
+
+_RANDOM_HDI_KEYS = ("embed_dim", "head_dim", "num_heads", "families")
+
+
+def random_hdi_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") -> dict[str, Any]:
+    r"""One grid point of the random-subspace check: the mean HDI of random families against :math:`1 - d_k/D`.
+
+    Draws ``families`` independent families of ``num_heads`` Haar-random ``head_dim``-dimensional
+    subspaces of :math:`\mathbb{R}^D` (:func:`nwlib.random_subspaces`) and compares their mean invariant
+    HDI with the law :math:`\E\,\mathrm{HDI} = 1 - d_k/D`.
+
+    Parameters
+    ----------
+    point : Mapping
+        ``embed_dim`` (D), ``head_dim`` (d_k <= D), ``num_heads`` (>= 2) and ``families`` (>= 2).
+    seed : int
+        Seeds the draw (from :func:`nwlib.sweep.point_seed`).
+    device : str, default "cpu"
+        ``"auto"`` picks the worker's accelerator. Float64 (float32 on MPS).
+
+    Returns
+    -------
+    dict
+        ``embed_dim``, ``head_dim``, ``mean`` (the mean HDI), ``law`` (:math:`(D - d_k)/D`), ``gap`` and
+        ``se`` (the mean of HDI − law over the families and its standard error) and ``device``.
+    """
+    if not isinstance(point, Mapping):
+        raise TypeError(f"point must be a mapping, got {type(point).__name__}")
+    missing = [k for k in _RANDOM_HDI_KEYS if k not in point]
+    if missing:
+        raise ValueError(f"point lacks the coordinate(s) {missing}")
+    D = require_positive_int(point["embed_dim"], "embed_dim")
+    k = require_positive_int(point["head_dim"], "head_dim")
+    H = require_positive_int(point["num_heads"], "num_heads", minimum=2)
+    families = require_positive_int(point["families"], "families", minimum=2)
+    if k > D:
+        raise ValueError(f"head_dim must be <= embed_dim, got head_dim={k}, embed_dim={D}")
+    seed = _require_seed(seed)
+    dev = resolve_device(device)
+    dtype = torch.float32 if dev.type == "mps" else _F64
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    values = hdi(random_subspaces(H, k, D, generator=gen, batch_shape=(families,), dtype=dtype, device=dev))
+    values = values.double().cpu()
+    law = (D - k) / D
+    gap = mean(values - law)
+    return {
+        "embed_dim": D,
+        "head_dim": k,
+        "mean": float(values.mean()),
+        "law": law,
+        "gap": gap.estimate,
+        "se": gap.se,
+        "device": str(dev),
+    }
+
+
+class RandomHdiCheck(NamedTuple):
+    """The random-subspace check (:func:`random_hdi_check`)."""
+
+    table: Any
+    """pandas.DataFrame: D, d_k, mean HDI, SE, 1 - d_k/D, z; one row per (D, d_k)."""
+    gaps: list[Comparison]
+    """Mean HDI minus the law, with its standard error, per (D, d_k)."""
+    device: str
+    """Where the points ran."""
+
+
+def random_hdi_check(
+    dims: Sequence[Sequence[int]],
+    *,
+    num_heads: int,
+    families: int,
+    seed: int,
+    executor: str = "serial",
+    device: str = "cpu",
+) -> RandomHdiCheck:
+    r"""The expected HDI of random heads, :math:`1 - d_k/D`, checked by simulation at several (D, d_k).
+
+    Each (D, d_k) is an independent grid point (:func:`random_hdi_point`), run by
+    :func:`nwlib.sweep.run_sweep` on ``executor`` with per-point seeds from ``seed``.
+
+    Parameters
+    ----------
+    dims : sequence of [D, d_k] pairs
+    num_heads : int
+        Heads per family (>= 2).
+    families : int
+        Families per pair (>= 2).
+    seed : int
+        The sweep's seed.
+    executor : str, default "serial"
+        See :func:`nwlib.sweep.open_executor`.
+    device : str, default "cpu"
+
+    Returns
+    -------
+    RandomHdiCheck
+    """
+    import pandas as pd
+
+    from ..sweep import run_sweep
+
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence) or not dims:
+        raise TypeError("dims must be a non-empty sequence of [embed_dim, head_dim] pairs")
+    points = []
+    for i, pair in enumerate(dims):
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise ValueError(f"dims[{i}] must be an [embed_dim, head_dim] pair, got {pair!r}")
+        points.append({"embed_dim": pair[0], "head_dim": pair[1], "num_heads": num_heads, "families": families})
+    results = run_sweep(
+        random_hdi_point, points, seed=seed, executor=executor, device=device, progress=False, desc="random HDI"
+    )
+    gaps = [estimate(r["gap"], r["se"]) for r in results]
+    table = pd.DataFrame(
+        [
+            {
+                "D": r["embed_dim"],
+                "d_k": r["head_dim"],
+                "mean HDI": r["mean"],
+                "SE": g.se,
+                "1 - d_k/D": r["law"],
+                "z": g.z,
+            }
+            for r, g in zip(results, gaps, strict=True)
+        ]
+    )
+    return RandomHdiCheck(table, gaps, results[0]["device"])
+
+
+class SignalMass(NamedTuple):
+    """Random pairwise orthogonal families and the signal they see (:func:`orthogonal_signal_mass`)."""
+
+    heads: Tensor
+    """Shape (N, H, D, d_k): orthonormal, pairwise orthogonal heads (blocks of one Haar frame)."""
+    mass_sums: Tensor
+    r"""Shape (N,): :math:`\sum_h \lVert P_h e_1\rVert^2` per family (at most 1, Bessel)."""
+
+
+def orthogonal_signal_mass(
+    num_heads: int,
+    head_dim: int,
+    embed_dim: int,
+    *,
+    families: int,
+    generator: torch.Generator,
+    dtype: torch.dtype = _F64,
+) -> SignalMass:
+    r"""Random pairwise orthogonal families: the columns of Haar orthogonal matrices, split into heads.
+
+    For each family the first :math:`H d_k` columns of a Haar-random orthogonal D × D matrix are cut into
+    H heads of :math:`d_k` columns, and the signal shares :math:`c_h^2 = \lVert P_h e_1\rVert^2`
+    (:func:`nwlib.signal_mass`) are summed. Their mean is :math:`H d_k / D`.
+
+    Parameters
+    ----------
+    num_heads, head_dim, embed_dim : int
+        H, d_k and D with :math:`H d_k \le D`.
+    families : int
+        N >= 1.
+    generator : torch.Generator
+        On the CPU.
+    dtype : torch.dtype, default float64
+
+    Returns
+    -------
+    SignalMass
+    """
+    H = require_positive_int(num_heads, "num_heads")
+    k = require_positive_int(head_dim, "head_dim")
+    D = require_positive_int(embed_dim, "embed_dim")
+    N = require_positive_int(families, "families")
+    if H * k > D:
+        raise ValueError(f"num_heads * head_dim must be <= embed_dim, got {H} * {k} > {D}")
+    frames = random_subspaces(1, D, D, generator=generator, batch_shape=(N,), dtype=dtype)[:, 0]
+    heads = frames[..., : H * k].unflatten(-1, (H, k)).permute(0, 2, 1, 3)
+    return SignalMass(heads, signal_mass(heads).sum(-1))
+
+
+# --- closed forms of the single-index task ------------------------------------------------------
+
+
+def head_signal_variance(c: float) -> float:
+    r"""What a head that sees the share :math:`c^2` of :math:`e_1` can learn of :math:`g(t) = \sin 2t + t/2`.
+
+    :math:`v(c) = \operatorname{Var} m(c\,t)` with :math:`m_c(s) = e^{-2(1-c^2)}\sin 2s + s/2`, the
+    conditional mean of :math:`g(x_1)` given the head's projection :math:`c\,t` (t ~ N(0, 1)):
+
+    .. math:: v(c) = c^2\Big(\frac14 + 2e^{-2}\Big) + e^{-4}\sinh(4c^2),
+
+    and :math:`v(1) = \operatorname{Var} g(x_1)`. (The chapter derives it with sympy; this is the same
+    expression, evaluated in the same order.)
+
+    Parameters
+    ----------
+    c : float
+        In [0, 1].
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> head_signal_variance(0.0)
+    0.0
+    """
+    c = require_real(c, "c", minimum=0.0, maximum=1.0)
+    return c**2 * (1 / 4 + 2 * math.exp(-2)) + math.exp(-4) * math.sinh(4 * c**2)
+
+
+def additive_residual(task: RegressionTask, key_projections: Tensor, points: Tensor, weight: float = 1.0) -> Tensor:
+    r"""f minus ``weight`` times the sum of what each head can at best learn, at the given points.
+
+    Head h sees :math:`Q_h^\top x`; of :math:`f(x) = g(x_1)` it can at best learn
+    :math:`m_h = e^{-2(1 - c_h^2)}\sin(2 s_h) + s_h/2` with :math:`s_h = (P_h e_1)^\top x` and
+    :math:`c_h^2 = \lVert P_h e_1\rVert^2`. For pairwise orthogonal heads :math:`\sum_h m_h` is the best
+    additive function of the heads (weight 1) and :math:`\frac1H\sum_h m_h` the uniform average of their
+    limits (weight 1/H).
+
+    Parameters
+    ----------
+    task : RegressionTask
+        The ``single_index`` task.
+    key_projections : Tensor, shape (H, D, d_k)
+        Orthonormal columns.
+    points : Tensor, shape (m, D)
+    weight : float, default 1.0
+
+    Returns
+    -------
+    Tensor, shape (m,)
+        Float64 on the CPU.
+    """
+    if not isinstance(task, RegressionTask) or task.name != "single_index":
+        raise ValueError("task must be the single_index task (make_task('single_index', D))")
+    Q = require_tensor(key_projections, "key_projections", min_dim=3).double().cpu()
+    x = require_tensor(points, "points", min_dim=2).double().cpu()
+    if Q.dim() != 3 or Q.shape[1] != x.shape[1]:
+        raise ValueError(f"key_projections must have shape (H, D, d_k) with D = {x.shape[1]}, got {tuple(Q.shape)}")
+    weight = require_real(weight, "weight")
+    signal_part = (Q @ Q.mT)[:, :, 0] @ x.T  # (H, m): (P_h e_1)^T x = c_h t_h
+    mass = signal_mass(Q)[:, None]
+    best = (torch.exp(-2 * (1 - mass)) * torch.sin(2 * signal_part) + signal_part / 2).sum(0)
+    return task.f(x) - weight * best
+
+
+def first_order_noise_cov(
+    angles: Sequence[float], *, num_heads: int, noise_sd: float, n_train: int, bandwidth: float
+) -> float:
+    r"""The first-order noise part of the uniform ensemble's covariance term for heads that keep :math:`e_1`.
+
+    Every pair of heads has a zero angle (the shared signal direction) and ``angles``; the pair's noise
+    covariance is :math:`\sigma^2/n \cdot \prod_j \phi_\beta(\theta_j)` (:func:`nwlib.noise_covariance_factor`)
+    and the covariance term of weights 1/H is (H − 1)/H times it.
+
+    Parameters
+    ----------
+    angles : sequence of float
+        The pair's principal angles besides the shared zero one.
+    num_heads : int
+    noise_sd : float
+        σ.
+    n_train : int
+    bandwidth : float
+        The heads' Gaussian bandwidth (in design units).
+
+    Returns
+    -------
+    float
+    """
+    H = require_positive_int(num_heads, "num_heads")
+    sigma = require_real(noise_sd, "noise_sd", minimum=0.0)
+    n = require_positive_int(n_train, "n_train")
+    b = require_positive_finite(bandwidth, "bandwidth")
+    nc = noise_covariance_factor(torch.tensor([0.0, *angles], dtype=_F64), b)
+    return (H - 1) / H * sigma**2 / n * float(nc)
+
+
+# --- the Monte Carlo machinery ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Evaluation:
+    """One weighting of one family's Monte Carlo run (:func:`evaluate`).
+
+    Attributes
+    ----------
+    row : dict of str to float
+        ``MSE``, ``bias^2``, ``variance``, ``covariance`` (integrated, :func:`nwlib.decompose`), their
+        SEs over the training sets (``"MSE SE"`` and so on) and ``mean corr``.
+    se : dict of str to float
+        Standard errors over the training sets *and* the evaluation points (and, for fitted weights, the
+        fitting batch): how far a rerun with another seed may move a level. For fitted weights only
+        ``MSE`` and ``covariance``.
+    per_replicate : dict of str to Tensor
+        Each of :data:`QUANTITIES` per replicate (averaged over the points), shape (R,), float64 CPU.
+    per_point : dict of str to Tensor
+        Each of :data:`QUANTITIES` per point (averaged over the replicates), shape (m,), float64 CPU.
+    leave_out : dict of str to Tensor
+        For fitted weights: ``err`` and ``cov`` with the weights refitted without each of the
+        :data:`GROUPS` groups of the fitting batch, shape (G,); empty for fixed weights.
+    dtype : torch.dtype
+        Of the simulation.
+    condition : float
+        Condition number of the fitted weights' Gram matrix (1 for fixed weights).
+    """
+
+    row: dict[str, float]
+    se: dict[str, float]
+    per_replicate: dict[str, Tensor] = field(repr=False)
+    per_point: dict[str, Tensor] = field(repr=False)
+    leave_out: dict[str, Tensor] = field(repr=False)
+    dtype: torch.dtype = torch.float32
+    condition: float = 1.0
+
+    def level(self, column: str = "MSE") -> Comparison:
+        """A level (``MSE``, ``covariance``, ...) with its standard error over everything a seed draws."""
+        return estimate(self.row[column], self.se[column])
+
+    def levels(self) -> dict[str, Comparison]:
+        """The levels with a standard error, by short name: ``mse``, ``cov`` and (fixed weights) ``bias``, ``var``."""
+        return {short: self.level(column) for short, column in _SHORT_NAMES.items() if column in self.se}
+
+    def values(self) -> dict[str, float]:
+        """``mse``, ``cov``, ``bias`` and ``var``: the integrated terms, by short name."""
+        return {short: self.row[column] for short, column in _SHORT_NAMES.items()}
+
+    def tolerance(self) -> float:
+        """Rounding tolerance of a level that is deterministic given the seed (the simulation's dtype,
+        the scale of the MSE, the condition of the fitted weights)."""
+        return _fp_tolerance(self.dtype, scale=self.row["MSE"], condition=self.condition)
+
+
+@dataclass(frozen=True, eq=False)
+class FamilyRun:
+    """One family of heads simulated with uniform weights and, if fitted, least-squares output weights.
+
+    ``run["uniform"]`` and ``run["ls"]`` are the :class:`Evaluation` of each weighting; ``"ls" in run``
+    says whether the weights were fitted.
+    """
+
+    hdi: float
+    """The invariant HDI of the key ranges."""
+    uniform: Evaluation
+    ls: Evaluation | None = None
+    weights: Tensor | None = field(default=None, repr=False)
+    """The fitted output weights, shape (H,), float64 CPU."""
+
+    def __getitem__(self, key: str) -> Evaluation:
+        part = {"uniform": self.uniform, "ls": self.ls}.get(key)
+        if part is None:
+            raise KeyError(key)
+        return part
+
+    def __contains__(self, key: object) -> bool:
+        return key == "uniform" or (key == "ls" and self.ls is not None)
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionHeads:
+    r"""Attention's own heads for given key ranges (:func:`attention_heads`).
+
+    Keys :math:`W_K^h = c_h Q_h`, queries :math:`W_Q^h = W_K^h R_h`, values
+    :math:`v_{hi} = \langle w_{V,h}, (x_i, y_i)\rangle`, the exponential kernel.
+    """
+
+    key_scales: Tensor
+    """:math:`c_h`, shape (H,), float64."""
+    rotations: Tensor
+    """:math:`R_h`, shape (H, d_k, d_k), float64, orthogonal."""
+    value_projections: Tensor
+    """:math:`w_{V,h}`, shape (H, D + 1), float64."""
+
+    def projections(
+        self, key_ranges: Tensor, *, dtype: torch.dtype, device: torch.device
+    ) -> tuple[Tensor, dict[str, Any]]:
+        """Key projections and the keyword arguments of :func:`nwlib.simulate` for heads on ``key_ranges``."""
+        Q = require_tensor(key_ranges, "key_ranges", min_dim=3)
+        if Q.shape[0] != self.key_scales.shape[0] or Q.shape[-1] != self.rotations.shape[-1]:
+            raise ValueError(
+                f"key_ranges must have shape (H, D, d_k) = ({self.key_scales.shape[0]}, D, "
+                f"{self.rotations.shape[-1]}), got {tuple(Q.shape)}"
+            )
+        W_K = self.key_scales.to(Q.device)[:, None, None] * Q.double()
+        extra = {
+            "kernel": "exp",
+            "query_projections": (W_K @ self.rotations.to(Q.device)).to(dtype=dtype, device=device),
+            "value_projections": self.value_projections.to(dtype=dtype, device=device),
+        }
+        return W_K.to(dtype=dtype, device=device), extra
+
+
+def random_rotation(k: int, angle: float, generator: torch.Generator) -> Tensor:
+    r"""A rotation of :math:`\mathbb{R}^k` by ``angle`` t about a random axis: :math:`\exp(t S/\lVert S\rVert_2)`.
+
+    S is a random skew-symmetric matrix (Gaussian entries, antisymmetrised); for k = 3 the result turns
+    by exactly ``angle`` about the axis of S.
+
+    Parameters
+    ----------
+    k : int
+    angle : float
+        Radians.
+    generator : torch.Generator
+        On the CPU.
+
+    Returns
+    -------
+    Tensor, shape (k, k), float64
+    """
+    k = require_positive_int(k, "k", minimum=2)
+    angle = require_real(angle, "angle")
+    require_generator(generator, _CPU)
+    skew = torch.randn(k, k, generator=generator, dtype=_F64)
+    skew = skew - skew.T
+    return torch.linalg.matrix_exp(angle * skew / torch.linalg.matrix_norm(skew, ord=2))
+
+
+def attention_heads(
+    num_heads: int,
+    head_dim: int,
+    embed_dim: int,
+    *,
+    generator: torch.Generator,
+    rotation_angle: float = math.pi / 8,
+    key_scales: tuple[float, float] = (0.8, 1.2),
+) -> AttentionHeads:
+    r"""The chapter's heads of multi-head attention (our choices, fixed before the run).
+
+    Key scales :math:`c_h` evenly from ``key_scales[0]`` to ``key_scales[1]``; per head a query rotation
+    :math:`R_h` by ``rotation_angle`` about a random axis (:func:`random_rotation`); values
+    :math:`\gamma_h y_i + \delta_h^\top x_i` with :math:`\gamma_h` uniform on [0.5, 1.5] and a small leak
+    :math:`\delta_h \sim N(0, 0.01 I_D / D)`. The generator draws the rotations, then the γ, then the δ.
+
+    Parameters
+    ----------
+    num_heads, head_dim, embed_dim : int
+    generator : torch.Generator
+        On the CPU.
+    rotation_angle : float, default π/8
+    key_scales : (float, float), default (0.8, 1.2)
+
+    Returns
+    -------
+    AttentionHeads
+    """
+    H = require_positive_int(num_heads, "num_heads")
+    k = require_positive_int(head_dim, "head_dim", minimum=2)
+    D = require_positive_int(embed_dim, "embed_dim")
+    require_generator(generator, _CPU)
+    low, high = (require_positive_finite(s, "key_scales") for s in key_scales)
+    scales = torch.linspace(low, high, H, dtype=_F64)
+    rotations = torch.stack([random_rotation(k, rotation_angle, generator) for _ in range(H)])
+    values = torch.zeros(H, D + 1, dtype=_F64)
+    values[:, -1] = 0.5 + torch.rand(H, generator=generator, dtype=_F64)
+    values[:, :-1] = 0.1 / math.sqrt(D) * torch.randn(H, D, generator=generator, dtype=_F64)
+    return AttentionHeads(scales, rotations, values)
+
+
+@dataclass(frozen=True, eq=False)
+class Design:
+    """The chapter's regression task and its fixed draws (:func:`make_design`).
+
+    Attributes
+    ----------
+    task : RegressionTask
+        ``single_index``: :math:`y = \\sin 2x_1 + x_1/2 + \\sigma\\varepsilon`, x ~ N(0, I_D).
+    num_heads, head_dim, n_train, replicates, replicates_fit, replicates_confirm, seed : int
+    eval_points : Tensor, shape (m, D)
+        Where every family is scored (seed + 3).
+    fit_points : Tensor, shape (m, D)
+        Where the output weights are fitted (seed + 6).
+    fit_responses : Tensor, shape (replicates_fit, m)
+        Noisy responses there (seed + 7).
+    fresh_points : Tensor, shape (m, D)
+        The confirmatory runs' points (seed + 8), used for nothing else.
+    """
+
+    task: RegressionTask
+    num_heads: int
+    head_dim: int
+    n_train: int
+    replicates: int
+    replicates_fit: int
+    replicates_confirm: int
+    seed: int
+    eval_points: Tensor = field(repr=False)
+    fit_points: Tensor = field(repr=False)
+    fit_responses: Tensor = field(repr=False)
+    fresh_points: Tensor = field(repr=False)
+
+    @property
+    def embed_dim(self) -> int:
+        return self.task.embed_dim
+
+    @property
+    def n_eval(self) -> int:
+        return self.eval_points.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.eval_points.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.eval_points.dtype
+
+    def path_heads(self, theta: float, shared_dim: int) -> Tensor:
+        """The family of :func:`nwlib.equiangular_heads` at angle ``theta`` with ``shared_dim`` shared directions."""
+        return equiangular_heads(
+            theta,
+            num_heads=self.num_heads,
+            head_dim=self.head_dim,
+            embed_dim=self.embed_dim,
+            shared_dim=shared_dim,
+            dtype=self.dtype,
+            device=self.device,
+        )
+
+    def two_angle_heads(self, angles: Sequence[float]) -> Tensor:
+        """Heads that keep e_1 and make the given angles with each other (:func:`nwlib.multiangle_heads`)."""
+        return multiangle_heads(
+            list(angles),
+            num_heads=self.num_heads,
+            embed_dim=self.embed_dim,
+            shared_dim=1,
+            dtype=self.dtype,
+            device=self.device,
+        )
+
+    def orthogonal_heads(self, masses: Sequence[float]) -> Tensor:
+        """Pairwise orthogonal heads with signal shares ``masses`` (:func:`nwlib.orthogonal_heads`)."""
+        return orthogonal_heads(
+            list(masses), head_dim=self.head_dim, embed_dim=self.embed_dim, dtype=self.dtype, device=self.device
+        )
+
+
+def make_design(
+    *,
+    embed_dim: int,
+    num_heads: int,
+    head_dim: int,
+    noise_sd: float,
+    n_train: int,
+    n_eval: int,
+    replicates: int,
+    replicates_fit: int,
+    replicates_confirm: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> Design:
+    """The task and the fixed draws of the chapter's Monte Carlo study.
+
+    Parameters
+    ----------
+    embed_dim, num_heads, head_dim : int
+        D, H, d_k.
+    noise_sd : float
+        σ of the responses.
+    n_train : int
+        Training-set size.
+    n_eval : int
+        m, the number of evaluation (and fitting, and fresh) points.
+    replicates : int
+        Training sets of the main runs (>= 3).
+    replicates_fit : int
+        Training sets of the fitting batch, a multiple of :data:`GROUPS`.
+    replicates_confirm : int
+        Training sets of the confirmatory runs on fresh data (>= 3).
+    seed : int
+        The notebook's seed; the draws use seed + 3 (evaluation points), + 6 (fitting points), + 7 (their
+        noise) and + 8 (fresh points), and :func:`run_family` seed + 4, + 5 and + 9.
+    device : torch.device or str, default "cpu"
+        ``"auto"`` picks an accelerator (:func:`nwlib.resolve_device`).
+    dtype : torch.dtype, default float32
+        Of the simulation.
+
+    Returns
+    -------
+    Design
+    """
+    D = require_positive_int(embed_dim, "embed_dim")
+    H = require_positive_int(num_heads, "num_heads", minimum=2)
+    k = require_positive_int(head_dim, "head_dim")
+    n = require_positive_int(n_train, "n_train")
+    m = require_positive_int(n_eval, "n_eval", minimum=2)
+    reps = require_positive_int(replicates, "replicates", minimum=3)
+    reps_fit = require_positive_int(replicates_fit, "replicates_fit", minimum=GROUPS)
+    if reps_fit % GROUPS:
+        raise ValueError(f"replicates_fit must be a multiple of {GROUPS} (the jackknife's groups), got {reps_fit}")
+    reps_confirm = require_positive_int(replicates_confirm, "replicates_confirm", minimum=3)
+    seed = _require_seed(seed)
+    dev = resolve_device(device)
+    dtype = require_dtype(dtype)
+    task = make_task("single_index", D, noise_sd=noise_sd)
+
+    def draw(offset: int) -> Tensor:
+        g = torch.Generator(device=dev).manual_seed(seed + offset)
+        return torch.randn(m, D, generator=g, device=dev, dtype=dtype)
+
+    eval_points = draw(_SEED_EVAL_POINTS)
+    fit_points = draw(_SEED_FIT_POINTS)
+    g_noise = torch.Generator(device=dev).manual_seed(seed + _SEED_FIT_NOISE)
+    noise = torch.randn(reps_fit, m, generator=g_noise, device=dev, dtype=dtype)
+    fit_responses = task.f(fit_points) + task.noise_sd * noise
+    fresh_points = draw(_SEED_FRESH_POINTS)
+    return Design(
+        task, H, k, n, reps, reps_fit, reps_confirm, seed, eval_points, fit_points, fit_responses, fresh_points
+    )
+
+
+def ensemble_contributions(predictions: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
+    r"""Per replicate, the covariance term and the spread of a weighted ensemble, averaged over the points.
+
+    With :math:`d_{rh} = \hat f_h^{(r)} - \bar f_h` the centred head predictions, replicate r contributes
+    :math:`\frac{R}{R-1}\sum_{h \ne h'}\alpha_h\alpha_{h'} d_{rh}d_{rh'}` to the covariance term and
+    :math:`\frac{R}{R-1}(\sum_h \alpha_h d_{rh})^2` to the spread (variance + covariance terms); their
+    means over the replicates are :func:`nwlib.decompose`'s covariance term and its variance + covariance,
+    integrated over the points.
+
+    Parameters
+    ----------
+    predictions : Tensor, shape (R, H, m)
+        R >= 2.
+    weights : Tensor, shape (H,)
+
+    Returns
+    -------
+    (Tensor, Tensor), each of shape (R,)
+        The covariance and spread contributions, float64 on the CPU.
+    """
+    pred = require_tensor(predictions, "predictions", min_dim=3)
+    w = require_tensor(weights, "weights", min_dim=1)
+    if pred.dim() != 3 or pred.shape[0] < 2 or w.shape != pred.shape[1:2]:
+        raise ValueError(
+            f"predictions must have shape (R, H, m) with R >= 2 and weights shape (H,), got {tuple(pred.shape)} "
+            f"and {tuple(w.shape)}"
+        )
+    d = pred - pred.mean(0)
+    ens = torch.einsum("h,rhm->rm", w, d)
+    own = torch.einsum("h,rhm->rm", w**2, d**2)
+    scale = pred.shape[0] / (pred.shape[0] - 1)
+    return ((ens**2 - own).mean(-1) * scale).double().cpu(), ((ens**2).mean(-1) * scale).double().cpu()
+
+
+def evaluate(predictions: Tensor, weights: Tensor, target: Tensor) -> Evaluation:
+    """Decompose one weighting of a family's predictions, per replicate and per point.
+
+    Parameters
+    ----------
+    predictions : Tensor, shape (R, H, m)
+        R >= 3 (the decomposition's jackknife).
+    weights : Tensor, shape (H,)
+    target : Tensor, shape (m,)
+        f at the points.
+
+    Returns
+    -------
+    Evaluation
+        With fixed-weight standard errors: over the training sets and the points together.
+    """
+    dec = decompose(predictions, target, weights)
+    whole = dec.integrated()
+    err = replicate_mse(predictions, target, weights).double().cpu()
+    cov_r, spread_r = ensemble_contributions(predictions, weights)
+    row = {
+        "MSE": whole.mse,
+        "MSE SE": whole.mse_se,
+        "bias^2": whole.bias_sq,
+        "bias^2 SE": whole.bias_sq_se,
+        "variance": whole.variance,
+        "variance SE": whole.variance_se,
+        "covariance": whole.covariance,
+        "covariance SE": whole.covariance_se,
+        "mean corr": whole.mean_correlation,
+    }
+    per_point_terms = {"MSE": dec.mse, "bias^2": dec.bias_sq, "variance": dec.variance, "covariance": dec.covariance}
+    m = target.shape[-1]
+    se = {k: math.hypot(row[f"{k} SE"], float(v.double().std()) / math.sqrt(m)) for k, v in per_point_terms.items()}
+    per_point = {
+        q: v.double().cpu()
+        for q, v in (
+            ("err", dec.mse),
+            ("cov", dec.covariance),
+            ("bias", dec.bias_sq),
+            ("spread", dec.ensemble_variance),
+        )
+    }
+    per_replicate = {"err": err, "cov": cov_r, "bias": err - spread_r, "spread": spread_r}
+    return Evaluation(row, se, per_replicate, per_point, {}, predictions.dtype)
+
+
+def run_family(
+    design: Design,
+    key_projections: Tensor,
+    *,
+    attention: AttentionHeads | None = None,
+    fit: bool = False,
+    fresh: bool = False,
+    bandwidth: float | None = None,
+    head_data: str = "shared",
+) -> FamilyRun:
+    """Simulate one family of heads on the design's training sets and score it.
+
+    The main runs use the design's evaluation points and seed + 4 (``replicates`` training sets), the
+    confirmatory runs (``fresh=True``) the fresh points and seed + 9 (``replicates_confirm``): every
+    family of a kind sees the same training sets. With ``fit`` the least-squares output weights
+    (:func:`nwlib.least_squares_weights`, float64, ridge :data:`RIDGE`) are fitted on the fitting batch
+    (seed + 5, ``replicates_fit`` training sets at the fitting points, against their noisy responses),
+    and refitted without each of :data:`GROUPS` groups of its training sets for a jackknife.
+
+    Parameters
+    ----------
+    design : Design
+    key_projections : Tensor, shape (H, D, d_k)
+        The key ranges (for ``attention``, the ranges that the keys scale).
+    attention : AttentionHeads, optional
+        Attention's heads (exponential kernel, own queries and values); default the Gaussian surrogate
+        with the engine's default bandwidth.
+    fit : bool, default False
+    fresh : bool, default False
+    bandwidth : float, optional
+        Passed to :func:`nwlib.simulate` (default: the engine's, Scott's rule for the Gaussian surrogate).
+    head_data : {"shared", "independent"}, default "shared"
+        Passed to :func:`nwlib.simulate`: whether the heads of a replicate share its training set.
+
+    Returns
+    -------
+    FamilyRun
+    """
+    if not isinstance(design, Design):
+        raise TypeError(f"design must be a Design (make_design), got {type(design).__name__}")
+    Q = require_tensor(key_projections, "key_projections", min_dim=3)
+    if Q.dim() != 3 or Q.shape[1] != design.embed_dim:
+        raise ValueError(f"key_projections must have shape (H, D={design.embed_dim}, d_k), got {tuple(Q.shape)}")
+    task, dev, dtype = design.task, design.device, design.dtype
+    W, extra = (Q, {}) if attention is None else attention.projections(Q, dtype=dtype, device=dev)
+    extra = {
+        **extra,
+        "bandwidth": bandwidth,
+        "head_data": require_choice(head_data, "head_data", ("shared", "independent")),
+    }
+    points = design.fresh_points if fresh else design.eval_points
+    offset = _SEED_FRESH if fresh else _SEED_MAIN
+    reps = design.replicates_confirm if fresh else design.replicates
+    pred = simulate(
+        task,
+        W,
+        points,
+        n=design.n_train,
+        replicates=reps,
+        generator=torch.Generator(device=dev).manual_seed(design.seed + offset),
+        **extra,
+    )
+    heads = Q.shape[0]
+    target = task.f(points)
+    uniform = torch.full((heads,), 1 / heads, dtype=dtype, device=dev)
+    index = float(hdi(Q.double()))
+    uniform_part = evaluate(pred, uniform, target)
+    if not fit:
+        return FamilyRun(index, uniform_part)
+    pred_fit = simulate(
+        task,
+        W,
+        design.fit_points,
+        n=design.n_train,
+        replicates=design.replicates_fit,
+        generator=torch.Generator(device=dev).manual_seed(design.seed + _SEED_FIT),
+        **extra,
+    ).double()
+    y_fit = design.fit_responses.double()
+    alpha = least_squares_weights(pred_fit, y_fit, ridge=RIDGE).to(dtype)
+    ls = evaluate(pred, alpha, target)
+    group = torch.arange(design.replicates_fit, device=dev) // (design.replicates_fit // GROUPS)
+    leave_out = {q: torch.zeros(GROUPS, dtype=_F64) for q in ("err", "cov")}
+    for g in range(GROUPS):
+        alpha_g = least_squares_weights(pred_fit[group != g], y_fit[group != g], ridge=RIDGE).to(dtype)
+        leave_out["err"][g] = float(replicate_mse(pred, target, alpha_g).double().mean())
+        leave_out["cov"][g] = float(ensemble_contributions(pred, alpha_g)[0].mean())
+    se = {
+        c: math.hypot(ls.se[c], float(jackknife_se(leave_out[q]))) for q, c in (("err", "MSE"), ("cov", "covariance"))
+    }
+    # how much rounding in the heads can move the weights (the Gram matrix's condition, with the ridge)
+    gram = torch.einsum("rhm,rgm->hg", pred_fit, pred_fit)
+    ridge = RIDGE * gram.diagonal().mean() * torch.eye(heads, dtype=_F64, device=gram.device)
+    condition = float(torch.linalg.cond(gram + ridge))
+    ls = dataclasses.replace(ls, se=se, leave_out=leave_out, condition=condition)
+    return FamilyRun(index, uniform_part, ls, alpha.double().cpu())
+
+
+# --- contrasts -----------------------------------------------------------------------------------
+
+
+def _check_terms(terms: Sequence[tuple[float, Evaluation, str]]) -> None:
+    if not terms:
+        raise ValueError("terms must hold at least one (weight, evaluation, quantity) triple")
+    for i, term in enumerate(terms):
+        if not (isinstance(term, tuple) and len(term) == 3):
+            raise TypeError(f"terms[{i}] must be a (weight, evaluation, quantity) triple, got {term!r}")
+        w, part, q = term
+        require_real(w, f"terms[{i}] weight")
+        if not isinstance(part, Evaluation):
+            raise TypeError(f"terms[{i}] evaluation must be an Evaluation, got {type(part).__name__}")
+        require_choice(q, f"terms[{i}] quantity", QUANTITIES)
+
+
+def _combine(terms: Sequence[tuple[float, Evaluation, str]], value: Callable[[Evaluation, str], Tensor]) -> Tensor:
+    """sum_k w_k value(part_k, q_k), in the order of the terms."""
+    (w, part, q), *rest = terms
+    total = w * value(part, q)
+    for w, part, q in rest:
+        total = total + w * value(part, q)
+    return total
+
+
+def contrast(*terms: tuple[float, Evaluation, str]) -> Comparison:
+    r"""A linear contrast :math:`\sum_k w_k q_k` of integrated quantities of runs on the same draws.
+
+    Each term is ``(w_k, evaluation_k, q_k)`` with :math:`q_k` one of :data:`QUANTITIES`. The runs must
+    share training sets and points (common random numbers): the estimate is the mean over the replicates
+    of the per-replicate contrast. Its variance adds what a rerun with another seed draws anew:
+
+    * over the training sets, that of the mean of the per-replicate contrast (:func:`nwlib.evidence.mean`);
+    * over the evaluation points, var(per-point contrast)/m;
+    * for fitted weights, the delete-a-group jackknife over the fitting batch (:func:`nwlib.grouped_jackknife`'s
+      formula) of the contrast recomputed with each group's refitted weights (a term without fitted weights
+      contributes its mean, a constant).
+
+    Parameters
+    ----------
+    *terms : (float, Evaluation, str)
+
+    Returns
+    -------
+    Comparison
+    """
+    _check_terms(terms)
+    shapes = {tuple(part.per_replicate[q].shape) for _, part, q in terms}
+    if len(shapes) != 1 or len({tuple(part.per_point[q].shape) for _, part, q in terms}) != 1:
+        raise ValueError("terms must come from runs on the same training sets and points (common random numbers)")
+    series = _combine(terms, lambda part, q: part.per_replicate[q])
+    points = _combine(terms, lambda part, q: part.per_point[q])
+    over_sets = mean(series)
+    var = over_sets.se**2 + float(points.var()) / points.numel()
+    if any(q in part.leave_out for _, part, q in terms):
+        # a term without fitted weights contributes its mean, the same in every group
+        theta = _combine(
+            terms, lambda part, q: part.leave_out[q] if q in part.leave_out else part.per_replicate[q].mean()
+        )
+        var += float(jackknife_se(theta)) ** 2
+    return estimate(over_sets.estimate, math.sqrt(var))
+
+
+def steps(parts: Sequence[Evaluation], quantity: str = "err") -> list[Comparison]:
+    """Consecutive families along a path: ``contrast`` of each later one minus the one before."""
+    return [contrast((1, b, quantity), (-1, a, quantity)) for a, b in zip(parts[:-1], parts[1:], strict=True)]
+
+
+def relative_change(a: Evaluation, b: Evaluation, quantity: str = "err") -> Comparison:
+    r"""mean(a) / mean(b) − 1 of one quantity of two runs on the same draws, with a delta-method SE.
+
+    The SE is that of the contrast :math:`a - r\,b` (r the ratio) divided by mean(b).
+    """
+    ratio = float(a.per_replicate[quantity].mean() / b.per_replicate[quantity].mean())
+    c = contrast((1, a, quantity), (-ratio, b, quantity))
+    return estimate(ratio - 1, c.se / float(b.per_replicate[quantity].mean()))
+
+
+def count_moves(comparisons: Sequence[Comparison]) -> tuple[int, int]:
+    """How many comparisons are significant increases and how many decreases (Holm within them, two-sided).
+
+    Examples
+    --------
+    >>> count_moves([estimate(5.0, 1.0), estimate(-6.0, 1.0), estimate(0.1, 1.0)])
+    (1, 1)
+    """
+    moved = significant(list(comparisons))
+    up = sum(bool(s) and c.estimate > 0 for s, c in zip(moved, comparisons, strict=True))
+    down = sum(bool(s) and c.estimate < 0 for s, c in zip(moved, comparisons, strict=True))
+    return int(up), int(down)
+
+
+# --- the studies ----------------------------------------------------------------------------------
+
+
+def angle_grid(count: int) -> list[float]:
+    """``count`` angles evenly from 0 to π/2 (both included).
+
+    Examples
+    --------
+    >>> [round(t, 4) for t in angle_grid(3)]
+    [0.0, 0.7854, 1.5708]
+    """
+    count = require_positive_int(count, "count", minimum=2)
+    return [math.pi / 2 * j / (count - 1) for j in range(count)]
+
+
+class PathSummary(NamedTuple):
+    """One path of families under one weighting (:func:`summarise_path`)."""
+
+    table: Any
+    """pandas.DataFrame: theta, HDI and the row of each family."""
+    mse_steps: list[Comparison]
+    """Paired steps of the MSE between consecutive families."""
+    cov_steps: list[Comparison]
+    """The same for the covariance term."""
+    rho: float
+    """Spearman's rank correlation of HDI and MSE along the path."""
+
+
+def summarise_path(runs: Sequence[FamilyRun], thetas: Sequence[float], weights: str = "uniform") -> PathSummary:
+    """The table, the paired steps and the rank correlation of a path of families.
+
+    Parameters
+    ----------
+    runs : sequence of FamilyRun
+        Along the path, on the same draws.
+    thetas : sequence of float
+        Their angles.
+    weights : {"uniform", "ls"}, default "uniform"
+
+    Returns
+    -------
+    PathSummary
+    """
+    import pandas as pd
+    from scipy.stats import spearmanr
+
+    weights = require_choice(weights, "weights", ("uniform", "ls"))
+    if len(runs) != len(thetas) or len(runs) < 2:
+        raise ValueError(f"runs and thetas must have the same length >= 2, got {len(runs)} and {len(thetas)}")
+    table = pd.DataFrame([{"theta": t, "HDI": r.hdi, **r[weights].row} for t, r in zip(thetas, runs, strict=True)])
+    parts = [r[weights] for r in runs]
+    rho = float(spearmanr(table["HDI"], table["MSE"]).statistic)
+    return PathSummary(table, steps(parts), steps(parts, "cov"), rho)
+
+
+@dataclass(frozen=True, eq=False)
+class Surface:
+    """The two-angle surface (:func:`two_angle_surface`): families that keep e_1 at angles (θ_1, θ_2)."""
+
+    angles: list[float]
+    """The angles of each axis."""
+    runs: dict[tuple[int, int], FamilyRun] = field(repr=False)
+    """By grid index (i, j); (i, j) and (j, i) are the same run (the angles play symmetric roles)."""
+    steps: dict[str, list[Comparison]] = field(repr=False)
+    """``"covariance"`` and ``"MSE"``: every step that increases one angle, the other fixed (uniform weights)."""
+
+    def grid(self, column: str) -> np.ndarray:
+        """A column of the uniform-weight rows (``MSE``, ``covariance``, ...) as an (n, n) array."""
+        n = len(self.angles)
+        return np.array([[self.runs[i, j].uniform.row[column] for j in range(n)] for i in range(n)])
+
+    @property
+    def distinct(self) -> list[tuple[int, int]]:
+        """The grid indices (i, j) with i <= j, in the order they were run."""
+        return [(i, j) for i, j in self.runs if i <= j]
+
+
+def two_angle_surface(design: Design, n_surface: int) -> Surface:
+    r"""Families whose heads keep e_1 and make angles (θ_1, θ_2) with each other, over a grid of both.
+
+    Each axis holds ``n_surface`` angles from 0 to π/2; the family at (θ_1, θ_2) is
+    :meth:`Design.two_angle_heads` (d_k = 3), run with uniform weights on the main draws. The steps
+    compare (i + 1, j) with (i, j) for every j: by symmetry one axis covers both.
+
+    Parameters
+    ----------
+    design : Design
+    n_surface : int
+        >= 2.
+
+    Returns
+    -------
+    Surface
+    """
+    angles = angle_grid(n_surface)
+    runs: dict[tuple[int, int], FamilyRun] = {}
+    for i, a1 in enumerate(angles):
+        for j in range(i, n_surface):
+            runs[i, j] = runs[j, i] = run_family(design, design.two_angle_heads([a1, angles[j]]))
+    surface_steps: dict[str, list[Comparison]] = {"covariance": [], "MSE": []}
+    for j in range(n_surface):
+        for i in range(n_surface - 1):
+            lo, hi = runs[i, j].uniform, runs[i + 1, j].uniform
+            surface_steps["covariance"].append(contrast((1, hi, "cov"), (-1, lo, "cov")))
+            surface_steps["MSE"].append(contrast((1, hi, "err"), (-1, lo, "err")))
+    return Surface(angles, runs, surface_steps)
+
+
+def signal_splits(num_heads: int) -> dict[str, list[float]]:
+    """The signal shares of the chapter's pairwise orthogonal families: in one head, two, all, or none."""
+    H = require_positive_int(num_heads, "num_heads", minimum=2)
+    return {
+        "one head": [1.0] + [0.0] * (H - 1),
+        "two heads": [0.5, 0.5] + [0.0] * (H - 2),
+        "all heads": [1 / H] * H,
+        "no head": [0.0] * H,
+    }
+
+
+class OrthogonalStudy(NamedTuple):
+    """Pairwise orthogonal families against their bounds (:func:`orthogonal_study`)."""
+
+    runs: dict[str, FamilyRun]
+    """By split name, with uniform and least-squares weights."""
+    table: Any
+    """pandas.DataFrame indexed by ``signal in``: MSEs and SEs of both weightings, the uniform-weight limit (c),
+    the bound (b) for any weights, and both as quadratures on the evaluation points."""
+    law_gaps: list[Comparison]
+    """The bound (b) in closed form against a large design sample: residual² minus closed form (families whose
+    heads do not contain e_1 entirely)."""
+    limit_gaps: list[Comparison]
+    """Uniform weights: MSE minus the limit (c) on the same points."""
+    bound_gaps: list[Comparison]
+    """MSE minus the bound (b) on the same points: uniform and least squares, per family."""
+
+
+def orthogonal_study(
+    design: Design,
+    splits: Mapping[str, Sequence[float]],
+    *,
+    var_f: float,
+    generator: torch.Generator,
+    design_sample: int = 100_000,
+) -> OrthogonalStudy:
+    r"""Pairwise orthogonal families with prescribed signal shares, against what any weights can reach.
+
+    For masses :math:`c_h^2`, with :math:`S = \sum_h v(c_h)` (:func:`head_signal_variance`): the bound
+    (b) :math:`\operatorname{Var} f - S` for any output weights and the uniform-weight limit (c)
+    :math:`\operatorname{Var} f - \frac{2H-1}{H^2} S`. Each family is run with both weightings
+    (:func:`run_family` with ``fit=True``); the bound is checked in closed form against
+    ``design_sample`` design points, and both are compared with the MSE as quadratures on the
+    evaluation points (SEs over training sets and points).
+
+    Parameters
+    ----------
+    design : Design
+    splits : Mapping of str to sequence of float
+        Family name to the H signal shares (:func:`signal_splits`).
+    var_f : float
+        Var f (the chapter's sympy value).
+    generator : torch.Generator
+        CPU generator of the design sample.
+    design_sample : int, default 100_000
+
+    Returns
+    -------
+    OrthogonalStudy
+    """
+    import pandas as pd
+
+    var_f = require_positive_finite(var_f, "var_f")
+    require_generator(generator, _CPU)
+    size = require_positive_int(design_sample, "design_sample", minimum=2)
+    H = design.num_heads
+    x_big = torch.randn(size, design.embed_dim, generator=generator, dtype=_F64)
+    runs: dict[str, FamilyRun] = {}
+    rows: list[dict[str, Any]] = []
+    law_gaps: list[Comparison] = []
+    limit_gaps: list[Comparison] = []
+    bound_gaps: list[Comparison] = []
+    for name, masses in splits.items():
+        Q = design.orthogonal_heads(masses)
+        run = runs[name] = run_family(design, Q, fit=True)
+        ls = run["ls"]
+        sum_v = sum(head_signal_variance(math.sqrt(m)) for m in masses)
+        row: dict[str, Any] = {
+            "signal in": name,
+            "MSE (uniform)": run.uniform.row["MSE"],
+            "SE (uniform)": run.uniform.row["MSE SE"],
+            "limit (uniform)": var_f - (2 * H - 1) / H**2 * sum_v,
+            "MSE (least squares)": ls.row["MSE"],
+            "SE (least squares)": ls.row["MSE SE"],
+            "bound (any weights)": var_f - sum_v,
+        }
+        if max(masses) < 1:  # (a head that contains e_1 learns f itself: no residual)
+            r2_big = additive_residual(design.task, Q, x_big).pow(2)
+            law_gaps.append(mean(r2_big - (var_f - sum_v)))
+        for part, weight, gaps, column in (
+            (run.uniform, 1 / H, limit_gaps, "limit, these points"),
+            (run.uniform, 1.0, bound_gaps, "bound, these points"),
+            (ls, 1.0, bound_gaps, None),
+        ):
+            r2 = additive_residual(design.task, Q, design.eval_points, weight).pow(2)
+            gap = part.per_point["err"] - r2
+            se = math.hypot(part.row["MSE SE"], float(gap.std()) / math.sqrt(design.n_eval))
+            gaps.append(estimate(float(gap.mean()), se))
+            if column:
+                row[column] = float(r2.mean())
+        rows.append(row)
+    return OrthogonalStudy(runs, pd.DataFrame(rows).set_index("signal in"), law_gaps, limit_gaps, bound_gaps)
+
+
+def keeps_signal(key_projections: Tensor) -> bool:
+    """Whether every head contains the signal direction e_1 (to 1e-6)."""
+    return float(signal_mass(key_projections.double()).min()) > 1 - 1e-6
+
+
+def non_orthogonal_pool(
+    design: Design,
+    thetas: Sequence[float],
+    runs_i: Sequence[FamilyRun],
+    runs_ii: Sequence[FamilyRun],
+    surface: Surface | None = None,
+) -> dict[str, tuple[Tensor, FamilyRun]]:
+    """The families of HDI < 1 that the chapter ran, by label, with their key ranges.
+
+    Path (i) at every angle, path (ii) without its last (orthogonal) family, and the distinct families
+    of the two-angle surface when given. Labels: ``"path (i), θ = 0.79"``,
+    ``"two angles (0.00, 1.57)"``.
+    """
+    pool = {f"path (i), θ = {t:.2f}": (design.path_heads(t, 1), r) for t, r in zip(thetas, runs_i, strict=True)}
+    pool.update(
+        {f"path (ii), θ = {t:.2f}": (design.path_heads(t, 0), r) for t, r in zip(thetas[:-1], runs_ii, strict=False)}
+    )
+    if surface is not None:
+        a = surface.angles
+        pool.update(
+            {
+                f"two angles ({a[i]:.2f}, {a[j]:.2f})": (design.two_angle_heads([a[i], a[j]]), surface.runs[i, j])
+                for i, j in surface.distinct
+            }
+        )
+    return pool
+
+
+@dataclass(frozen=True, eq=False)
+class Contest:
+    """The best pairwise orthogonal family against the best other one (:func:`best_family_contest`)."""
+
+    orthogonal: str
+    """The best orthogonal family's name (chosen on the main runs)."""
+    other: str
+    """The best other family's name."""
+    run_orth: Evaluation
+    """The orthogonal winner on fresh data."""
+    run_other: Evaluation
+    """The other winner on fresh data."""
+    gap: Comparison
+    """Fresh data: MSE of the orthogonal winner minus that of the other (paired)."""
+    vs_losing: list[Comparison]
+    """Main runs: the other winner's MSE minus that of every pool family whose heads do not all keep e_1."""
+    hdi_other: float
+    """The HDI of the other winner."""
+
+
+def best_family_contest(
+    design: Design,
+    orthogonal: Mapping[str, tuple[Tensor, FamilyRun]],
+    pool: Mapping[str, tuple[Tensor, FamilyRun]],
+    weights: str,
+    attention: AttentionHeads | None = None,
+) -> Contest:
+    """The best of each side of HDI = 1, chosen on the main runs, compared again on fresh data.
+
+    The fresh runs (:func:`run_family` with ``fresh=True``) use points and training sets used for
+    nothing else, so that the selection does not favour either side.
+
+    Parameters
+    ----------
+    design : Design
+    orthogonal, pool : Mapping of str to (key ranges, FamilyRun)
+        The pairwise orthogonal families and the others, from the main runs.
+    weights : {"uniform", "ls"}
+    attention : AttentionHeads, optional
+        The heads the families were run with (default the Gaussian surrogate).
+
+    Returns
+    -------
+    Contest
+    """
+    weights = require_choice(weights, "weights", ("uniform", "ls"))
+    if not orthogonal or not pool:
+        raise ValueError("orthogonal and pool must each hold at least one family")
+    best_o = min(orthogonal, key=lambda k: orthogonal[k][1][weights].row["MSE"])
+    best_n = min(pool, key=lambda k: pool[k][1][weights].row["MSE"])
+    run_o, run_n = (
+        run_family(design, q, attention=attention, fit=weights == "ls", fresh=True)[weights]
+        for q in (orthogonal[best_o][0], pool[best_n][0])
+    )
+    winner = pool[best_n][1][weights]
+    vs_losing = [contrast((1, winner, "err"), (-1, r[weights], "err")) for Q, r in pool.values() if not keeps_signal(Q)]
+    gap = contrast((1, run_o, "err"), (-1, run_n, "err"))
+    return Contest(best_o, best_n, run_o, run_n, gap, vs_losing, pool[best_n][1].hdi)

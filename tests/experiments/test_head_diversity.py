@@ -1,0 +1,508 @@
+"""Tests of nwlib.experiments.head_diversity: geometry, closed forms, the Monte Carlo machinery and the studies.
+
+Every driver is checked against an independent reference or a case with a known answer: SciPy's principal
+angles, torch's MultiheadAttention initialisation, Gauss–Hermite quadrature, numpy least squares, explicit loops
+and formulas; and for determinism (same seed, same numbers).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.linalg
+import torch
+from scipy.stats import rankdata
+
+from nwlib import decompose, hdi, make_task, replicate_mse, simulate
+from nwlib.evidence import Comparison, estimate
+from nwlib.experiments import head_diversity as hd
+
+F64 = torch.float64
+SMALL = dict(embed_dim=6, num_heads=2, head_dim=2, noise_sd=0.5, n_train=30, n_eval=16, replicates=6)
+SMALL_MC = dict(replicates_fit=10, replicates_confirm=4)
+
+
+def _design(seed=0, device="cpu", dtype=torch.float32, **changes):
+    return hd.make_design(**(SMALL | SMALL_MC | changes), seed=seed, device=device, dtype=dtype)
+
+
+def _gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# Gauss–Hermite nodes for E over z ~ N(0, 1) (probabilists' weights, normalised)
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(80)
+_WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
+
+
+def _g(t):
+    return np.sin(2 * t) + t / 2
+
+
+# --- geometry ----------------------------------------------------------------------------------
+
+
+def test_pair_with_angles_has_the_prescribed_angles_by_scipy():
+    A, B = hd.pair_with_angles((0.3, 1.2), 7, generator=_gen(1))
+    assert A.shape == (7, 2) and B.shape == (7, 2) and A.dtype == F64
+    angles = np.sort(scipy.linalg.subspace_angles(A.numpy(), B.numpy()))
+    np.testing.assert_allclose(angles, [0.3, 1.2], atol=1e-12)
+    assert not torch.allclose(A.T @ A, torch.eye(2, dtype=F64))  # a random, non-orthonormal basis
+
+
+def test_pair_with_angles_rejects_bad_input():
+    with pytest.raises(ValueError, match="embed_dim"):
+        hd.pair_with_angles((0.1, 0.2, 0.3), 5, generator=_gen())
+    with pytest.raises(TypeError, match="angles"):
+        hd.pair_with_angles([], 5, generator=_gen())
+    with pytest.raises(TypeError, match="generator"):
+        hd.pair_with_angles((0.1,), 4, generator=0)
+
+
+def test_angle_accuracy_known_cases_and_determinism():
+    table = hd.angle_accuracy((1e-4, 1e-9), generator=_gen(2))
+    assert list(table.columns) == ["principal_angles", "arccos", "scipy"] and list(table.index) == [1e-4, 1e-9]
+    assert table["principal_angles"].max() < 1e-6
+    # cos(1e-9) rounds to 1 in float64: arccos of the cosine returns 0, a relative error of exactly 1
+    assert table.loc[1e-9, "arccos"] == 1.0
+    again = hd.angle_accuracy((1e-4, 1e-9), generator=_gen(2))
+    assert table.equals(again)
+
+
+def test_xavier_key_heads_are_multihead_attentions_key_blocks():
+    E, H, seed = 16, 4, 7
+    ours = hd.xavier_key_heads(E, H, generator=_gen(seed))
+    mha = torch.nn.MultiheadAttention(E, H, bias=False, dtype=F64)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        mha._reset_parameters()  # its first draw is xavier_uniform_ of in_proj_weight
+    W_K = mha.in_proj_weight.detach().chunk(3)[1]
+    dh = E // H
+    assert ours.shape == (H, E, dh)
+    for h in range(H):
+        torch.testing.assert_close(ours[h], W_K[h * dh : (h + 1) * dh].T, rtol=0, atol=0)
+
+
+def test_xavier_key_heads_have_the_xavier_law():
+    E = 64
+    W = hd.xavier_key_heads(E, 8, generator=_gen(3))
+    bound = math.sqrt(6 / (E + 3 * E))
+    assert float(W.abs().max()) <= bound
+    squares = W.pow(2).flatten()
+    se = float(squares.std()) / math.sqrt(squares.numel())
+    assert abs(float(squares.mean()) - 1 / (2 * E)) < 5 * se
+    with pytest.raises(ValueError, match="num_heads"):
+        hd.xavier_key_heads(10, 3, generator=_gen())
+
+
+def _brute_force_hdi(Q):
+    H, _, k = Q.shape
+    overlaps = [np.linalg.norm(Q[a].T @ Q[b]) ** 2 / k for a in range(H) for b in range(a + 1, H)]
+    return 1 - np.mean(overlaps)
+
+
+def test_random_hdi_point_against_the_law_and_a_numpy_draw():
+    point = {"embed_dim": 10, "head_dim": 3, "num_heads": 3, "families": 4000}
+    r = hd.random_hdi_point(point, seed=5)
+    assert r["law"] == 0.7 and r["embed_dim"] == 10 and r["device"] == "cpu"
+    assert abs(r["gap"]) < 5 * r["se"] and math.isclose(r["gap"], r["mean"] - r["law"], abs_tol=1e-12)
+    # an independent simulation: QR of numpy Gaussians, the index pair by pair
+    rng = np.random.default_rng(0)
+    draws = [_brute_force_hdi(np.linalg.qr(rng.standard_normal((3, 10, 3)))[0]) for _ in range(2000)]
+    se_np = np.std(draws, ddof=1) / math.sqrt(len(draws))
+    assert abs(np.mean(draws) - r["mean"]) < 5 * math.hypot(se_np, r["se"])
+    assert hd.random_hdi_point(point, seed=5) == r
+
+
+def test_random_hdi_point_rejects_bad_points():
+    with pytest.raises(ValueError, match="families"):
+        hd.random_hdi_point({"embed_dim": 4, "head_dim": 2, "num_heads": 2}, seed=0)
+    with pytest.raises(ValueError, match="head_dim"):
+        hd.random_hdi_point({"embed_dim": 4, "head_dim": 5, "num_heads": 2, "families": 3}, seed=0)
+    with pytest.raises(TypeError, match="seed"):
+        hd.random_hdi_point({"embed_dim": 4, "head_dim": 2, "num_heads": 2, "families": 3}, seed=1.5)
+
+
+def test_random_hdi_check_runs_the_grid_through_the_sweep():
+    check = hd.random_hdi_check([[8, 2], [12, 3]], num_heads=3, families=500, seed=1)
+    assert list(check.table.columns) == ["D", "d_k", "mean HDI", "SE", "1 - d_k/D", "z"]
+    assert check.table["1 - d_k/D"].tolist() == [0.75, 0.75] and len(check.gaps) == 2
+    assert all(isinstance(g, Comparison) for g in check.gaps)
+    assert check.table["z"].tolist() == [g.z for g in check.gaps]
+    again = hd.random_hdi_check([[8, 2], [12, 3]], num_heads=3, families=500, seed=1)
+    assert check.table.equals(again.table)
+    with pytest.raises(ValueError, match="dims"):
+        hd.random_hdi_check([[8, 2, 1]], num_heads=3, families=10, seed=0)
+
+
+def test_orthogonal_signal_mass_by_brute_force():
+    H, k, D = 3, 2, 8
+    result = hd.orthogonal_signal_mass(H, k, D, families=500, generator=_gen(4))
+    assert result.heads.shape == (500, H, D, k) and result.mass_sums.shape == (500,)
+    Q = result.heads[:5]
+    for a in range(H):
+        torch.testing.assert_close(Q[:, a].mT @ Q[:, a], torch.eye(k, dtype=F64).expand(5, k, k))
+        for b in range(a + 1, H):
+            assert float((Q[:, a].mT @ Q[:, b]).abs().max()) < 1e-12
+    # ||Q_h^T e_1||^2 is the squared norm of row 0 of each head's orthonormal basis
+    by_rows = result.heads[:, :, 0, :].pow(2).sum((-1, -2))
+    torch.testing.assert_close(result.mass_sums, by_rows)
+    assert float(result.mass_sums.max()) <= 1 + 1e-12
+    se = float(result.mass_sums.std()) / math.sqrt(500)
+    assert abs(float(result.mass_sums.mean()) - H * k / D) < 5 * se
+    with pytest.raises(ValueError, match="num_heads"):
+        hd.orthogonal_signal_mass(3, 3, 8, families=2, generator=_gen())
+
+
+# --- closed forms --------------------------------------------------------------------------------
+
+
+def _head_limit(c, s):
+    """E[g(c s + sqrt(1 - c^2) z)] over z by Gauss–Hermite: what a head with signal share c^2 learns at s."""
+    return np.sum(_WEIGHTS[:, None] * _g(c * s + math.sqrt(1 - c**2) * _NODES[:, None]), axis=0)
+
+
+@pytest.mark.parametrize("c", [0.0, 0.2, 0.5, 0.9, 1.0])
+def test_head_signal_variance_against_gauss_hermite(c):
+    m = _head_limit(c, _NODES)  # m(t) at t's nodes
+    mean = np.sum(_WEIGHTS * m)
+    variance = np.sum(_WEIGHTS * (m - mean) ** 2)
+    assert math.isclose(hd.head_signal_variance(c), variance, rel_tol=1e-10, abs_tol=1e-14)
+
+
+def test_head_signal_variance_at_one_is_var_f():
+    var_f = np.sum(_WEIGHTS * _g(_NODES) ** 2) - np.sum(_WEIGHTS * _g(_NODES)) ** 2
+    assert math.isclose(hd.head_signal_variance(1.0), var_f, rel_tol=1e-12)
+    with pytest.raises(ValueError, match="c"):
+        hd.head_signal_variance(1.5)
+
+
+def test_additive_residual_against_quadrature_for_one_tilted_head():
+    task = make_task("single_index", 3, noise_sd=0.5)
+    a = 0.7
+    Q = torch.tensor([[[math.cos(a)], [math.sin(a)], [0.0]]], dtype=F64)  # one head on u = (cos a, sin a, 0)
+    x = torch.randn(5, 3, generator=_gen(6), dtype=F64)
+    s = (x @ Q[0]).squeeze(-1).numpy()
+    # x_1 = cos(a) s + sin(a) w with w independent of s: E[g(x_1) | s] by quadrature
+    expected = task.f(x).numpy() - _head_limit(math.cos(a), s)
+    np.testing.assert_allclose(hd.additive_residual(task, Q, x).numpy(), expected, atol=1e-10)
+    # a head that contains e_1 learns f itself
+    e1 = torch.eye(3, dtype=F64)[:, :1][None]
+    assert float(hd.additive_residual(task, e1, x).abs().max()) < 1e-12
+    with pytest.raises(ValueError, match="task"):
+        hd.additive_residual(make_task("isotropic", 3), Q, x)
+
+
+def test_first_order_noise_cov_is_the_closed_form_product():
+    b, sigma, n, H = 0.6, 0.5, 200, 4
+    beta = 1 / b**2
+
+    def phi(t):
+        return (1 + beta) ** 2 / math.sqrt(
+            (1 + 2 * beta + beta**2 * math.sin(t) ** 2) ** 2 - beta**2 * math.cos(t) ** 2
+        )
+
+    angles = [0.4, 1.1]
+    expected = (H - 1) / H * sigma**2 / n * math.sqrt((1 + beta) ** 3 / (1 + 3 * beta)) * phi(0.4) * phi(1.1)
+    got = hd.first_order_noise_cov(angles, num_heads=H, noise_sd=sigma, n_train=n, bandwidth=b)
+    assert math.isclose(got, expected, rel_tol=1e-12)
+    with pytest.raises(ValueError, match="bandwidth"):
+        hd.first_order_noise_cov(angles, num_heads=H, noise_sd=sigma, n_train=n, bandwidth=0.0)
+
+
+# --- the Monte Carlo machinery ---------------------------------------------------------------------
+
+
+def test_ensemble_contributions_by_a_loop(dtype, device):
+    R, H, m = 5, 3, 4
+    pred = torch.randn(R, H, m, generator=_gen(7), dtype=F64)
+    w = torch.tensor([0.5, 0.3, 0.2], dtype=F64)
+    cov, spread = hd.ensemble_contributions(pred.to(dtype=dtype, device=device), w.to(dtype=dtype, device=device))
+    d = (pred - pred.mean(0)).numpy()
+    cov_ref = np.zeros(R)
+    spread_ref = np.zeros(R)
+    for r in range(R):
+        for j in range(m):
+            ens = sum(w[h].item() * d[r, h, j] for h in range(H))
+            cov_ref[r] += sum(
+                w[h].item() * w[g].item() * d[r, h, j] * d[r, g, j] for h in range(H) for g in range(H) if g != h
+            )
+            spread_ref[r] += ens**2
+    scale = R / (R - 1) / m
+    atol = 1e-6 if dtype == torch.float32 else 1e-12
+    np.testing.assert_allclose(cov.numpy(), cov_ref * scale, atol=atol)
+    np.testing.assert_allclose(spread.numpy(), spread_ref * scale, atol=atol)
+    assert cov.dtype == F64 and cov.device.type == "cpu"
+    # their means are decompose's covariance term and its variance + covariance
+    dec = decompose(pred, torch.zeros(m, dtype=F64), w)
+    assert math.isclose(float(cov.mean()), float(dec.covariance.mean()), abs_tol=atol)
+    assert math.isclose(float(spread.mean()), float(dec.ensemble_variance.mean()), abs_tol=atol)
+
+
+def test_evaluate_against_explicit_formulas():
+    R, H, m = 6, 2, 5
+    pred = torch.randn(R, H, m, generator=_gen(8), dtype=F64)
+    target = torch.randn(m, generator=_gen(9), dtype=F64)
+    w = torch.tensor([0.7, 0.3], dtype=F64)
+    ev = hd.evaluate(pred, w, target)
+    err = (torch.einsum("h,rhm->rm", w, pred) - target).pow(2)
+    torch.testing.assert_close(ev.per_replicate["err"], err.mean(-1))
+    torch.testing.assert_close(ev.per_point["err"], err.mean(0))
+    torch.testing.assert_close(ev.per_replicate["err"], ev.per_replicate["bias"] + ev.per_replicate["spread"])
+    assert math.isclose(ev.row["MSE"], float(err.mean()), rel_tol=1e-12)
+    se_points = float(ev.per_point["err"].std()) / math.sqrt(m)
+    assert math.isclose(ev.se["MSE"], math.hypot(ev.row["MSE SE"], se_points), rel_tol=1e-12)
+    assert ev.level("covariance") == estimate(ev.row["covariance"], ev.se["covariance"])
+    assert set(ev.levels()) == {"mse", "cov", "bias", "var"} and ev.values()["bias"] == ev.row["bias^2"]
+    assert ev.leave_out == {} and ev.condition == 1.0
+
+
+def _evaluation(err, points, leave_out=None):
+    err = torch.as_tensor(err, dtype=F64)
+    points = torch.as_tensor(points, dtype=F64)
+    zeros = {q: torch.zeros_like(err) for q in ("cov", "bias", "spread")}
+    zeros_points = {q: torch.zeros_like(points) for q in ("cov", "bias", "spread")}
+    leave = {} if leave_out is None else {"err": torch.as_tensor(leave_out, dtype=F64)}
+    return hd.Evaluation({"MSE": float(err.mean())}, {}, {"err": err, **zeros}, {"err": points, **zeros_points}, leave)
+
+
+def test_contrast_is_the_mean_with_replicate_and_point_variance():
+    a = _evaluation([1.0, 2.0, 4.0, 3.0], [1.5, 3.5, 2.0])
+    b = _evaluation([0.5, 1.5, 2.5, 2.5], [1.0, 2.0, 1.5])
+    c = hd.contrast((1, a, "err"), (-2, b, "err"))
+    series = np.array([1.0, 2.0, 4.0, 3.0]) - 2 * np.array([0.5, 1.5, 2.5, 2.5])
+    points = np.array([1.5, 3.5, 2.0]) - 2 * np.array([1.0, 2.0, 1.5])
+    var = np.var(series, ddof=1) / 4 + np.var(points, ddof=1) / 3
+    assert math.isclose(c.estimate, series.mean(), rel_tol=1e-12)
+    assert math.isclose(c.se, math.sqrt(var), rel_tol=1e-12)
+
+
+def test_contrast_adds_the_jackknife_over_the_fitting_batch():
+    a = _evaluation([1.0, 2.0, 4.0], [1.0, 2.0], leave_out=[2.0, 2.5, 1.5, 2.2])
+    b = _evaluation([0.5, 1.0, 2.0], [0.5, 1.5])  # fixed weights: its mean in every group
+    c = hd.contrast((1, a, "err"), (-1, b, "err"))
+    theta = np.array([2.0, 2.5, 1.5, 2.2]) - np.mean([0.5, 1.0, 2.0])
+    jack = 3 / 4 * np.sum((theta - theta.mean()) ** 2)
+    series, points = np.array([0.5, 1.0, 2.0]), np.array([0.5, 0.5])
+    var = np.var(series, ddof=1) / 3 + np.var(points, ddof=1) / 2 + jack
+    assert math.isclose(c.se, math.sqrt(var), rel_tol=1e-12)
+
+
+def test_contrast_rejects_bad_terms():
+    a = _evaluation([1.0, 2.0, 3.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="quantity"):
+        hd.contrast((1, a, "mse"))
+    with pytest.raises(ValueError, match="terms"):
+        hd.contrast()
+    with pytest.raises(ValueError, match="same training sets"):
+        hd.contrast((1, a, "err"), (-1, _evaluation([1.0, 2.0], [1.0, 2.0]), "err"))
+    with pytest.raises(TypeError, match="Evaluation"):
+        hd.contrast((1, "run", "err"))
+
+
+def test_steps_relative_change_and_count_moves():
+    a = _evaluation([1.0, 2.0, 3.0], [1.0, 2.0])
+    b = _evaluation([2.0, 2.5, 4.0], [1.5, 2.5])
+    (step,) = hd.steps([a, b])
+    assert step == hd.contrast((1, b, "err"), (-1, a, "err"))
+    change = hd.relative_change(b, a)
+    ratio = np.mean([2.0, 2.5, 4.0]) / np.mean([1.0, 2.0, 3.0])
+    assert math.isclose(change.estimate, ratio - 1, rel_tol=1e-12)
+    assert math.isclose(change.se, hd.contrast((1, b, "err"), (-ratio, a, "err")).se / 2.0, rel_tol=1e-12)
+    same = hd.relative_change(a, a)
+    assert same.estimate == 0.0 and same.se < 1e-12
+    assert hd.count_moves([estimate(5.0, 1.0), estimate(-6.0, 1.0), estimate(0.1, 1.0)]) == (1, 1)
+
+
+def test_make_design_is_deterministic_and_checks_its_sizes():
+    d1, d2 = _design(seed=3), _design(seed=3)
+    assert torch.equal(d1.eval_points, d2.eval_points) and torch.equal(d1.fit_responses, d2.fit_responses)
+    assert d1.eval_points.shape == (16, 6) and d1.fit_responses.shape == (10, 16) and d1.fresh_points.shape == (16, 6)
+    assert not torch.equal(d1.eval_points, d1.fresh_points) and not torch.equal(
+        d1.eval_points, _design(seed=4).eval_points
+    )
+    noise = (d1.fit_responses - d1.task.f(d1.fit_points)) / 0.5
+    assert abs(float(noise.mean())) < 0.2 and abs(float(noise.std()) - 1) < 0.2
+    with pytest.raises(ValueError, match="replicates_fit"):
+        _design(replicates_fit=15)
+    with pytest.raises(ValueError, match="replicates"):
+        _design(replicates=2)
+    with pytest.raises(TypeError, match="seed"):
+        _design(seed=1.0)
+
+
+def test_run_family_uniform_mse_by_an_explicit_formula(dtype, device):
+    design = _design(seed=1, device=device, dtype=dtype)
+    Q = design.path_heads(0.6, 1)
+    run = hd.run_family(design, Q)
+    assert "ls" not in run and run.weights is None
+    # the same training sets (seed + 4), scored by hand
+    pred = simulate(
+        design.task, Q, design.eval_points, n=30, replicates=6, generator=torch.Generator(device=device).manual_seed(5)
+    )
+    err = (pred.double().mean(1) - design.task.f(design.eval_points).double()).pow(2)
+    assert math.isclose(run.uniform.row["MSE"], float(err.mean()), rel_tol=1e-5 if dtype == torch.float32 else 1e-12)
+    assert math.isclose(run.hdi, float(hdi(Q.double())), rel_tol=1e-12)
+    assert run.uniform.per_replicate["err"].shape == (6,) and run.uniform.per_point["err"].shape == (16,)
+    assert run.uniform.dtype == dtype
+    # simulate's options pass through: another bandwidth, independent training sets per head
+    gen = torch.Generator(device=device).manual_seed(5)
+    wide = simulate(design.task, Q, design.eval_points, n=30, replicates=6, generator=gen, bandwidth=2.0)
+    err = (wide.double().mean(1) - design.task.f(design.eval_points).double()).pow(2)
+    rel = 1e-5 if dtype == torch.float32 else 1e-12
+    assert math.isclose(hd.run_family(design, Q, bandwidth=2.0).uniform.row["MSE"], float(err.mean()), rel_tol=rel)
+    independent = hd.run_family(design, Q, head_data="independent")
+    assert independent.uniform.row["MSE"] != run.uniform.row["MSE"]
+    with pytest.raises(ValueError, match="head_data"):
+        hd.run_family(design, Q, head_data="separate")
+
+
+def test_run_family_least_squares_weights_by_numpy():
+    design = _design(seed=2, dtype=F64)
+    Q = design.path_heads(0.9, 0)
+    run = hd.run_family(design, Q, fit=True)
+    fit = simulate(design.task, Q, design.fit_points, n=30, replicates=10, generator=torch.Generator().manual_seed(7))
+    X = fit.permute(0, 2, 1).reshape(-1, 2).numpy()  # (R * m, H)
+    y = design.fit_responses.reshape(-1).numpy()
+    np.testing.assert_allclose(run.weights.numpy(), np.linalg.lstsq(X, y, rcond=None)[0], rtol=1e-6)
+    # the first leave-out group (10 training sets in 10 groups: set 0) refitted by numpy, scored on the main runs
+    keep = np.arange(10) >= 10 // hd.GROUPS
+    Xg = fit[torch.from_numpy(keep)].permute(0, 2, 1).reshape(-1, 2).numpy()
+    yg = design.fit_responses[torch.from_numpy(keep)].reshape(-1).numpy()
+    alpha_g = torch.from_numpy(np.linalg.lstsq(Xg, yg, rcond=None)[0])
+    pred = simulate(design.task, Q, design.eval_points, n=30, replicates=6, generator=torch.Generator().manual_seed(6))
+    err_g = float(replicate_mse(pred, design.task.f(design.eval_points), alpha_g).mean())
+    assert math.isclose(float(run.ls.leave_out["err"][0]), err_g, rel_tol=1e-6)
+    assert run.ls.leave_out["err"].shape == (hd.GROUPS,) and run.ls.condition >= 1.0
+    assert set(run.ls.se) == {"MSE", "covariance"} and run.ls.se["MSE"] >= run.ls.row["MSE SE"]
+
+
+def test_run_family_is_deterministic_and_fresh_runs_use_their_own_draws():
+    design = _design(seed=3)
+    Q = design.path_heads(0.0, 1)
+    a, b = hd.run_family(design, Q, fit=True), hd.run_family(design, Q, fit=True)
+    assert a.uniform.row == b.uniform.row and a.ls.row == b.ls.row and torch.equal(a.weights, b.weights)
+    assert abs(a.hdi) < 1e-6  # identical heads
+    fresh = hd.run_family(design, Q, fresh=True)
+    assert fresh.uniform.per_replicate["err"].shape == (4,) and fresh.uniform.row != a.uniform.row
+    with pytest.raises(ValueError, match="key_projections"):
+        hd.run_family(design, torch.zeros(2, 5, 2))
+    with pytest.raises(TypeError, match="design"):
+        hd.run_family("design", Q)
+
+
+def test_attention_heads_and_their_projections(device):
+    heads = hd.attention_heads(3, 3, 7, generator=_gen(11))
+    R = heads.rotations
+    torch.testing.assert_close(R.mT @ R, torch.eye(3, dtype=F64).expand(3, 3, 3))
+    assert torch.allclose(torch.linalg.det(R), torch.ones(3, dtype=F64))
+    angles = torch.arccos((R.diagonal(dim1=-2, dim2=-1).sum(-1) - 1) / 2)  # the angle of a 3-d rotation
+    torch.testing.assert_close(angles, torch.full((3,), math.pi / 8, dtype=F64))
+    torch.testing.assert_close(heads.key_scales, torch.tensor([0.8, 1.0, 1.2], dtype=F64))
+    gamma = heads.value_projections[:, -1]
+    assert bool(((gamma >= 0.5) & (gamma <= 1.5)).all())
+    Q = torch.stack([torch.eye(7, dtype=F64)[:, 2 * h : 2 * h + 3] for h in range(3)]).to(device)
+    W, extra = heads.projections(Q, dtype=torch.float32, device=torch.device(device))
+    torch.testing.assert_close(W.double().cpu(), heads.key_scales[:, None, None] * Q.cpu(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(extra["query_projections"].double().cpu(), (W.double().cpu() @ R), rtol=1e-5, atol=1e-6)
+    assert extra["kernel"] == "exp" and extra["value_projections"].shape == (3, 8)
+    assert hd.attention_heads(3, 3, 7, generator=_gen(11)).rotations.equal(R)  # determinism
+    with pytest.raises(ValueError, match="k"):
+        hd.random_rotation(1, 0.3, _gen())
+
+
+def test_random_rotation_in_the_plane_turns_by_the_angle():
+    R = hd.random_rotation(2, 0.4, _gen(12))
+    assert math.isclose(float(R.trace()), 2 * math.cos(0.4), rel_tol=1e-12)
+
+
+def test_run_family_under_attention_runs_on_the_device(device):
+    design = _design(seed=4, device=device)
+    heads = hd.attention_heads(2, 2, 6, generator=_gen(13))
+    run = hd.run_family(design, design.path_heads(0.5, 1), attention=heads, fit=True)
+    assert run.ls.tolerance() > 0 and math.isfinite(run.ls.row["MSE"])
+    assert run.uniform.row == hd.run_family(design, design.path_heads(0.5, 1), attention=heads).uniform.row
+
+
+# --- the studies ---------------------------------------------------------------------------------------
+
+
+def test_angle_grid():
+    assert hd.angle_grid(3) == [0.0, math.pi / 4, math.pi / 2]
+    with pytest.raises(ValueError, match="count"):
+        hd.angle_grid(1)
+
+
+def test_summarise_path_against_numpy_ranks():
+    design = _design(seed=5)
+    thetas = hd.angle_grid(3)
+    runs = [hd.run_family(design, design.path_heads(t, 0)) for t in thetas]
+    path = hd.summarise_path(runs, thetas)
+    assert path.table["theta"].tolist() == thetas and len(path.mse_steps) == 2 and len(path.cov_steps) == 2
+    ranks = [rankdata(path.table[c]) for c in ("HDI", "MSE")]
+    assert math.isclose(path.rho, float(np.corrcoef(*ranks)[0, 1]), rel_tol=1e-12)
+    assert path.mse_steps[0] == hd.contrast((1, runs[1].uniform, "err"), (-1, runs[0].uniform, "err"))
+    with pytest.raises(ValueError, match="weights"):
+        hd.summarise_path(runs, thetas, "fitted")
+
+
+def test_two_angle_surface_has_the_stated_index_and_steps():
+    design = _design(seed=6, embed_dim=9, head_dim=3)
+    surface = hd.two_angle_surface(design, 2)
+    assert surface.runs[0, 1] is surface.runs[1, 0] and surface.distinct == [(0, 0), (0, 1), (1, 1)]
+    for (i, j), run in surface.runs.items():
+        expected = (math.sin(surface.angles[i]) ** 2 + math.sin(surface.angles[j]) ** 2) / 3
+        assert math.isclose(run.hdi, expected, abs_tol=1e-6)
+    assert len(surface.steps["MSE"]) == 2 and surface.grid("MSE").shape == (2, 2)
+    assert surface.grid("MSE")[0, 1] == surface.runs[0, 1].uniform.row["MSE"]
+
+
+def test_signal_splits_and_keeps_signal():
+    splits = hd.signal_splits(3)
+    assert list(splits) == ["one head", "two heads", "all heads", "no head"]
+    assert all(len(m) == 3 and sum(m) <= 1 + 1e-12 for m in splits.values())
+    design = _design()
+    assert hd.keeps_signal(design.path_heads(1.0, 1)) and not hd.keeps_signal(design.path_heads(1.0, 0))
+
+
+def test_orthogonal_study_bounds_and_closed_forms():
+    design = _design(seed=7, embed_dim=8)
+    splits = hd.signal_splits(2)
+    var_f = hd.head_signal_variance(1.0)
+    study = hd.orthogonal_study(design, splits, var_f=var_f, generator=_gen(14), design_sample=20_000)
+    assert list(study.table.index) == list(splits)
+    for name, masses in splits.items():
+        S = sum(hd.head_signal_variance(math.sqrt(m)) for m in masses)
+        assert math.isclose(study.table.loc[name, "bound (any weights)"], var_f - S, rel_tol=1e-12)
+        assert math.isclose(study.table.loc[name, "limit (uniform)"], var_f - 3 / 4 * S, rel_tol=1e-12)
+        assert abs(study.runs[name].hdi - 1) < 1e-6 and "ls" in study.runs[name]
+    # the closed-form bound against the design sample: a known answer, within its SE
+    assert len(study.law_gaps) == 3 and all(abs(g.estimate) < 5 * g.se for g in study.law_gaps)
+    assert len(study.limit_gaps) == 4 and len(study.bound_gaps) == 8
+
+
+def test_non_orthogonal_pool_and_the_contest():
+    design = _design(seed=8)
+    thetas = hd.angle_grid(3)
+    runs_i = [hd.run_family(design, design.path_heads(t, 1)) for t in thetas]
+    runs_ii = [hd.run_family(design, design.path_heads(t, 0)) for t in thetas]
+    pool = hd.non_orthogonal_pool(design, thetas, runs_i, runs_ii)
+    assert list(pool) == [f"path (i), θ = {t:.2f}" for t in thetas] + [f"path (ii), θ = {t:.2f}" for t in thetas[:2]]
+    splits = hd.signal_splits(2)
+    orthogonal = {
+        k: (design.orthogonal_heads(m), hd.run_family(design, design.orthogonal_heads(m))) for k, m in splits.items()
+    }
+    contest = hd.best_family_contest(design, orthogonal, pool, "uniform")
+    assert contest.other == min(pool, key=lambda k: pool[k][1].uniform.row["MSE"])
+    assert contest.orthogonal == min(orthogonal, key=lambda k: orthogonal[k][1].uniform.row["MSE"])
+    fresh = [
+        hd.run_family(design, q, fresh=True).uniform
+        for q in (orthogonal[contest.orthogonal][0], pool[contest.other][0])
+    ]
+    assert contest.gap == hd.contrast((1, fresh[0], "err"), (-1, fresh[1], "err"))
+    assert len(contest.vs_losing) == 1  # of the pool only path (ii) at θ = π/4 turns away from e_1
+    assert contest.hdi_other == pool[contest.other][1].hdi
+    with pytest.raises(ValueError, match="weights"):
+        hd.best_family_contest(design, orthogonal, pool, "fitted")
