@@ -141,7 +141,7 @@ QUALIFIED_SIGNATURES = {
     "nwlib.book.glue": "(name, value, display=False, *, se=None, exact=None, tol=None, verify=True, dtype=None, device=None)",
     "nwlib.book.setup": "(*, profile, seed, device, dtype)",
     "nwlib.book.start": "(notebook, *, profile, seed, device='auto', dtype='float64', threads=None, sizes=None)",
-    "nwlib.book.glue_values": "(values, *, exact=None, tol=None, verify=True)",
+    "nwlib.book.glue_values": "(values, *, exact=None, tol=None, verify=True, dtype=None, device=None)",
     "nwlib.book.glue_verdict": "(verdict, *, verify_text=False)",
     "nwlib.evidence.crossed": "(a, b=None)",
     "nwlib.evidence.against": "(value, draws)",

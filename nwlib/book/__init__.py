@@ -284,7 +284,13 @@ def glue_code(name: str, text: str, language: str = "text", display: bool = True
 
 
 def glue_values(
-    values: Mapping[str, Any], *, exact: bool | None = None, tol: float | None = None, verify: bool = True
+    values: Mapping[str, Any],
+    *,
+    exact: bool | None = None,
+    tol: float | None = None,
+    verify: bool = True,
+    dtype: Any = None,
+    device: Any = None,
 ) -> None:
     """Glue every ``name: value`` of a mapping, all of one class (see :func:`glue`).
 
@@ -299,6 +305,8 @@ def glue_values(
     exact, tol, verify
         The class shared by every real number of the mapping that is not a Comparison
         (as for :func:`glue`).
+    dtype, device : optional
+        What the values were computed in, when it differs from :func:`start`'s (as for :func:`glue`).
 
     Raises
     ------
@@ -308,20 +316,24 @@ def glue_values(
     if not isinstance(values, Mapping):
         raise TypeError(f"values must be a mapping of glue keys to values, got {type(values).__name__}")
     for name, value in values.items():
+        where = {"dtype": dtype, "device": device}
         if isinstance(value, Comparison):
-            glue(name, value)
+            glue(name, value, **where)
         elif _provenance.kind_of(value) in ("int", "str", "bool") or not isinstance(value, (int, float)):
-            glue(name, value, verify=verify)
+            glue(name, value, verify=verify, **where)
         else:
-            glue(name, value, exact=exact, tol=tol, verify=verify)
+            glue(name, value, exact=exact, tol=tol, verify=verify, **where)
 
 
 def glue_verdict(verdict: Any, *, verify_text: bool = False) -> None:
-    """Glue a claim's verdict as the ledger reads it, and print it.
+    """Glue a claim's verdict as the ledger and the chapter pages read it, and print it.
 
     Keys: ``verdict_<claim>_short`` (the label, exact: ``tools/check_verdicts.py`` compares it
-    with ``book/verdicts.yaml``), ``verdict_<claim>`` (label and reason) and
-    ``verdict_<claim>_possible`` (the labels the evidence could have produced).
+    with ``book/verdicts.yaml``), ``verdict_<claim>`` (label and reason),
+    ``verdict_<claim>_possible`` (the labels the evidence could have produced, as a phrase:
+    “reproduced” or “not reproduced as stated”) and ``verdict_<claim>_decisive`` ("yes" if the
+    evidence could have produced another label, "no" if the label could not have come out
+    otherwise).
 
     Parameters
     ----------
@@ -329,14 +341,26 @@ def glue_verdict(verdict: Any, *, verify_text: bool = False) -> None:
         From :func:`nwlib.book.verdicts.judge` or :func:`nwlib.book.verdicts.decide`.
     verify_text : bool, default False
         Compare the text on reruns as well: only for a reason that quotes no computed number.
+
+    Examples
+    --------
+    >>> from nwlib.book import _or_list
+    >>> _or_list(["reproduced", "reproduced under the paper's conditions", "not reproduced as stated"])
+    "“reproduced”, “reproduced under the paper's conditions” or “not reproduced as stated”"
     """
-    for attribute in ("claim", "label", "possible", "text"):
+    for attribute in ("claim", "label", "possible", "text", "decisive"):
         if not hasattr(verdict, attribute):
             raise TypeError(f"verdict must be a Verdict from nwlib.book.verdicts, got {type(verdict).__name__}")
     glue(f"verdict_{verdict.claim}_short", verdict.label)
     glue(f"verdict_{verdict.claim}", verdict.text(), verify=verify_text)
-    glue(f"verdict_{verdict.claim}_possible", ", ".join(verdict.possible))
+    glue(f"verdict_{verdict.claim}_possible", _or_list(verdict.possible))
+    glue(f"verdict_{verdict.claim}_decisive", "yes" if verdict.decisive else "no")
     print(f"{verdict.claim}: {verdict.text()}")
+
+
+def _or_list(labels: Any) -> str:
+    quoted = [f"“{label}”" for label in labels]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 @dataclass
