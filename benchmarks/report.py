@@ -70,6 +70,9 @@ __all__ = [
     "statsmodels_table",
     "statsmodels_values",
     "styled",
+    "time_profile",
+    "time_profile_table",
+    "styled_time_profile",
     "summary",
     "target_values",
     "targets_table",
@@ -1022,3 +1025,81 @@ def styled(table: pd.DataFrame, kind: str, *, drop: Sequence[str] = ()) -> Any:
 def message_table(text: str) -> Any:
     """A one-cell table standing in for a glued table the result file cannot fill (the page pastes a table)."""
     return pd.DataFrame({"": [text]}).style.hide(axis="index")
+
+
+# --- where the notebooks' time goes (make time-profile) -------------------------------------------
+
+TIME_PARTS = (
+    "nwlib estimators",
+    "Monte Carlo engine and other nwlib",
+    "training and models",
+    "chapter experiments",
+    "evidence and book tooling",
+    "sympy",
+    "plotting",
+    "notebook and other",
+    "kernel start and imports",
+)
+
+
+def time_profile(profile: str = "quick", *, results: str | Path | None = None) -> dict[str, Any] | None:
+    """The summary ``make time-profile PROFILE=<profile>`` wrote, or None where it has not run.
+
+    Parameters
+    ----------
+    profile : str
+        The notebooks' parameter profile that was profiled.
+    results : str or Path, optional
+        The folder of result files; default :data:`RESULTS`.
+    """
+    if not isinstance(profile, str) or not profile:
+        raise TypeError(f"profile must be a non-empty string, got {profile!r}")
+    file = Path(RESULTS if results is None else results) / "time-profile" / profile / "summary.json"
+    if not file.is_file():
+        return None
+    summary = json.loads(file.read_text())
+    if not isinstance(summary, dict) or not isinstance(summary.get("notebooks"), list):
+        raise ResultFileError(f"{file}: not a time-profile summary (no 'notebooks' list)")
+    return summary
+
+
+def time_profile_table(summary: Mapping[str, Any]) -> pd.DataFrame:
+    """Seconds per part of the code for every notebook, with the total and each part's share.
+
+    Rows are notebooks plus a "all notebooks" row; columns the parts of :data:`TIME_PARTS` (in
+    seconds), "total (s)" and the share of the total of the largest part.
+
+    Parameters
+    ----------
+    summary : Mapping
+        From :func:`time_profile`.
+
+    Raises
+    ------
+    ResultFileError
+        If a notebook's parts do not add up to its total within 5 % (the profile lost time).
+    """
+    rows = []
+    for entry in summary["notebooks"]:
+        parts = {k: float(entry["seconds"].get(k, 0.0)) for k in TIME_PARTS}
+        total = float(entry["total_seconds"])
+        if abs(sum(parts.values()) - total) > 0.05 * total + 0.5:
+            raise ResultFileError(
+                f"{entry['notebook']}: its parts add up to {sum(parts.values()):.1f} s, not its total {total:.1f} s"
+            )
+        rows.append({"notebook": entry["notebook"], **parts, "total (s)": total})
+    table = pd.DataFrame(rows).set_index("notebook")
+    table.loc["all notebooks"] = table.sum()
+    largest = table[list(TIME_PARTS)].idxmax(axis=1)
+    table["largest part"] = [
+        f"{part} ({table.loc[nb, part] / table.loc[nb, 'total (s)']:.0%})" for nb, part in largest.items()
+    ]
+    return table
+
+
+def styled_time_profile(table: pd.DataFrame) -> Any:
+    """:func:`time_profile_table` formatted for the appendix: seconds to one decimal, "–" for 0."""
+    seconds = [c for c in table.columns if c != "largest part"]
+    return table.style.format({c: (lambda v: "–" if v == 0 else f"{v:.1f}") for c in seconds}).set_table_attributes(
+        'class="time-profile"'
+    )

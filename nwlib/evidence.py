@@ -50,6 +50,7 @@ __all__ = [
     "against",
     "crossed",
     "estimate",
+    "welch_df",
     "family_threshold",
     "fp_tolerance",
     "holm",
@@ -72,13 +73,35 @@ PROFILES: tuple[str, ...] = ("quick", "standard", "full")
 _N = NormalDist()
 
 
-class Comparison(NamedTuple):
-    """A Monte Carlo estimate (usually a paired difference) and its standard error."""
-
+class _EstimateSE(NamedTuple):
     estimate: float
     """The estimate (for :func:`paired`: the mean over replicates of ``a - b``)."""
     se: float
     """Its standard error."""
+
+
+class Comparison(_EstimateSE):
+    """A Monte Carlo estimate (usually a paired difference), its standard error and the SE's degrees of freedom.
+
+    A pair ``(estimate, se)`` (it unpacks and compares as one); ``df``, an attribute, is the
+    number of degrees of freedom of the standard error: R − 1 for the mean of R replicates,
+    Welch–Satterthwaite for a combination, ``inf`` where the SE is known or unstated. ``make
+    verify`` compares a rerun within a Student-t multiple of the combined SE with these degrees of
+    freedom, so that an SE estimated from three restarts is not trusted like one from a thousand.
+    """
+
+    df: float
+
+    def __new__(cls, estimate: float, se: float, df: float = math.inf) -> Comparison:
+        self = super().__new__(cls, estimate, se)
+        df = float(df)
+        if not df > 0:
+            raise ValueError(f"df must be positive (inf for a known standard error), got {df}")
+        self.df = df
+        return self
+
+    def __getnewargs__(self) -> tuple[float, float, float]:  # pickles keep df
+        return (self.estimate, self.se, self.df)
 
     @property
     def z(self) -> float:
@@ -89,6 +112,23 @@ class Comparison(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.estimate:.4g} ± {self.se:.2g}"
+
+
+def welch_df(*parts: tuple[float, float]) -> float:
+    """Welch–Satterthwaite degrees of freedom of a sum of independent variance parts ``(variance, df)``.
+
+    Examples
+    --------
+    >>> welch_df((1.0, 4), (1.0, 4))  # two equal parts with 4 df each
+    8.0
+    >>> welch_df((1.0, math.inf), (0.0, 2))
+    inf
+    """
+    total = sum(v for v, _ in parts)
+    denominator = sum(v * v / df for v, df in parts if v > 0 and math.isfinite(df))
+    if total <= 0 or denominator <= 0:
+        return math.inf
+    return total * total / denominator
 
 
 def _real(value: Any, name: str) -> float:
@@ -102,7 +142,7 @@ def _real(value: Any, name: str) -> float:
     return value
 
 
-def estimate(value: Any, se: Any) -> Comparison:
+def estimate(value: Any, se: Any, df: float = math.inf) -> Comparison:
     """A quantity with a standard error of its own (jackknife, delta method), as a :class:`Comparison`.
 
     Parameters
@@ -110,6 +150,8 @@ def estimate(value: Any, se: Any) -> Comparison:
     value : float or 0-dim tensor
     se : float or 0-dim tensor
         Non-negative and finite.
+    df : float, default inf
+        The standard error's degrees of freedom (G − 1 for a delete-a-group jackknife of G groups).
 
     Examples
     --------
@@ -119,7 +161,7 @@ def estimate(value: Any, se: Any) -> Comparison:
     value, se = _real(value, "value"), _real(se, "se")
     if not math.isfinite(se) or se < 0:
         raise ValueError(f"se must be finite and non-negative, got {se}")
-    return Comparison(value, se)
+    return Comparison(value, se, df)
 
 
 def paired(a: Any, b: Any) -> Comparison:
@@ -151,7 +193,7 @@ def paired(a: Any, b: Any) -> Comparison:
     if getattr(a, "dim", lambda: 0)() != 1:
         raise ValueError(f"a must be a 1-dimensional tensor of replicates, got shape {tuple(getattr(a, 'shape', ()))}")
     d = paired_difference(a, b)
-    return Comparison(float(d.mean), float(d.se))
+    return Comparison(float(d.mean), float(d.se), a.shape[0] - 1)
 
 
 def mean(values: Any) -> Comparison:
@@ -188,7 +230,8 @@ def independent(a: Comparison, b: Comparison) -> Comparison:
     Comparison(estimate=0.5, se=0.5)
     """
     a, b = _as_comparison(a, "a"), _as_comparison(b, "b")
-    return Comparison(a.estimate - b.estimate, math.hypot(a.se, b.se))
+    df = welch_df((a.se**2, getattr(a, "df", math.inf)), (b.se**2, getattr(b, "df", math.inf)))
+    return Comparison(a.estimate - b.estimate, math.hypot(a.se, b.se), df)
 
 
 def crossed(a: Any, b: Any = None) -> Comparison:
@@ -229,8 +272,11 @@ def crossed(a: Any, b: Any = None) -> Comparison:
         a = a - b
     a = a.double()
     rows, columns = a.mean(1), a.mean(0)
-    var = float(rows.var()) / rows.numel() + float(columns.var()) / columns.numel()
-    return Comparison(float(a.mean()), math.sqrt(var))
+    parts = (
+        (float(rows.var()) / rows.numel(), rows.numel() - 1),
+        (float(columns.var()) / columns.numel(), columns.numel() - 1),
+    )
+    return Comparison(float(a.mean()), math.sqrt(parts[0][0] + parts[1][0]), welch_df(*parts))
 
 
 def against(value: float, draws: Any) -> Comparison:
@@ -266,7 +312,7 @@ def against(value: float, draws: Any) -> Comparison:
     value = _real(value, "value")
     draws = draws.double()
     n = draws.numel()
-    return Comparison(value - float(draws.mean()), float(draws.std()) * math.sqrt(1 + 1 / n))
+    return Comparison(value - float(draws.mean()), float(draws.std()) * math.sqrt(1 + 1 / n), n - 1)
 
 
 def se_of_se(se: float, replicates: int) -> float:
@@ -690,20 +736,32 @@ def significant(
     return [p <= alpha for p in holm(ps)]
 
 
-def family_threshold(count: int, alpha: float = ALPHA) -> float:
+def family_threshold(count: int, alpha: float = ALPHA, df: float = math.inf) -> float:
     """The |z| beyond which one of ``count`` two-sided comparisons fails at family-wise level ``alpha``.
 
-    Bonferroni: ``Φ⁻¹(1 − alpha / (2·count))``. ``make verify`` compares about a thousand Monte
-    Carlo values of a rerun with the reference within this many combined standard errors.
+    Bonferroni: ``Φ⁻¹(1 − alpha / (2·count))``, or with an estimated standard error of ``df``
+    degrees of freedom the Student-t quantile ``t⁻¹_df(1 − alpha / (2·count))`` (needs scipy).
+    ``make verify`` compares about a thousand Monte Carlo values of a rerun with the reference
+    within this many combined standard errors, with the Welch–Satterthwaite df of the two SEs.
 
     Examples
     --------
     >>> round(family_threshold(1000), 2)
     4.06
+    >>> round(family_threshold(1000, df=2), 1)  # an SE from three restarts pins little
+    141.4
     """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be a positive integer, got {count!r}")
-    return _N.inv_cdf(1 - _real(alpha, "alpha") / (2 * count))
+    level = 1 - _real(alpha, "alpha") / (2 * count)
+    df = _real(df, "df")
+    if not df > 0:
+        raise ValueError(f"df must be positive, got {df}")
+    if math.isinf(df):
+        return _N.inv_cdf(level)
+    from scipy.stats import t
+
+    return float(t.ppf(level, df))
 
 
 _EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}

@@ -545,3 +545,41 @@ def test_the_committed_result_file_agrees_with_its_own_summaries():
                     bench.statsmodels_values):  # fmt: skip
         assert isinstance(section(report), bench.Values)
     assert len(bench.times_table(report)) and len(bench.roofline_table(report)) and len(bench.statsmodels_table(report))
+
+
+# --- the time profile (make time-profile) ---
+
+
+def _time_summary(tmp_path, notebooks):
+    folder = tmp_path / "time-profile" / "quick"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"machine": "cpu", "cpus": 2, "notebooks": notebooks}))
+    return tmp_path
+
+
+def test_time_profile_table_sums_parts_and_names_the_largest(tmp_path):
+    from benchmarks import report
+
+    notebooks = [
+        {
+            "notebook": "ch01",
+            "total_seconds": 10.0,
+            "seconds": {"nwlib estimators": 6.0, "sympy": 1.0, "kernel start and imports": 3.0},
+        },
+        {"notebook": "ch02", "total_seconds": 4.0, "seconds": {"plotting": 1.0, "notebook and other": 3.0}},
+    ]
+    summary = report.time_profile("quick", results=_time_summary(tmp_path, notebooks))
+    table = report.time_profile_table(summary)
+    assert table.loc["ch01", "nwlib estimators"] == 6.0 and table.loc["ch01", "plotting"] == 0.0
+    assert table.loc["all notebooks", "total (s)"] == 14.0 and table.loc["all notebooks", "sympy"] == 1.0
+    assert table.loc["ch01", "largest part"] == "nwlib estimators (60%)"
+    assert table.loc["ch02", "largest part"] == "notebook and other (75%)"
+    assert report.time_profile("standard", results=tmp_path) is None
+
+
+def test_time_profile_table_refuses_parts_that_lose_time(tmp_path):
+    from benchmarks import report
+
+    notebooks = [{"notebook": "ch01", "total_seconds": 100.0, "seconds": {"sympy": 10.0}}]
+    with pytest.raises(report.ResultFileError, match="add up"):
+        report.time_profile_table(report.time_profile("quick", results=_time_summary(tmp_path, notebooks)))

@@ -53,13 +53,17 @@ def test_glue_values_keeps_each_class_and_a_comparison_its_se(notebook):
     glue_values({"a": estimate(0.5, 0.1), "b": 3, "c": "text"})
     glue_values({"d": 0.25}, tol=1e-12, dtype="float32")
     got = _entries(notebook)
-    assert (got["a"]["cls"], got["a"]["value"], got["a"]["se"]) == ("mc", 0.5, 0.1)
+    assert (got["a"]["cls"], got["a"]["value"], got["a"]["se"], got["a"]["df"]) == ("mc", 0.5, 0.1, None)
     assert got["b"]["cls"] == "exact" and got["c"]["cls"] == "exact"
     assert (got["d"]["cls"], got["d"]["tol"], got["d"]["dtype"]) == ("fp", 1e-12, "float32")
     with pytest.raises(TypeError, match="class"):
         glue_values({"e": 0.5})
+    glue("h", estimate(0.5, 0.1, df=2))
+    assert _entries(notebook)["h"]["df"] == 2.0
     with pytest.raises(TypeError, match="carries its se"):
         glue("f", estimate(0.5, 0.1), se=0.2)
+    with pytest.raises(TypeError, match="df= qualifies"):
+        glue("i", 0.5, df=3)
     with pytest.raises(TypeError, match="mapping"):
         glue_values([("g", 1)])
 

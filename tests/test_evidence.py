@@ -270,3 +270,35 @@ def test_against_is_a_prediction_interval_for_one_new_draw():
         evidence.against(0.7, torch.tensor([0.5]))
     with pytest.raises(TypeError, match="value"):
         evidence.against("0.7", torch.tensor(draws))
+
+
+# --- degrees of freedom of a standard error ---
+
+
+def test_comparisons_carry_the_degrees_of_freedom_of_their_standard_error():
+    import copy
+    import pickle
+
+    x = torch.arange(8, dtype=torch.float64) ** 0.5
+    assert evidence.paired(x, x.flip(0)).df == 7 and evidence.mean(x).df == 7
+    assert evidence.against(0.3, x).df == 7
+    assert evidence.estimate(1.0, 0.1).df == math.inf and evidence.estimate(1.0, 0.1, df=4).df == 4
+    t = torch.randn(5, 9, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    c = evidence.crossed(t)
+    v_rows, v_cols = float(t.mean(1).var()) / 5, float(t.mean(0).var()) / 9
+    assert c.df == pytest.approx((v_rows + v_cols) ** 2 / (v_rows**2 / 4 + v_cols**2 / 8))
+    # Welch-Satterthwaite for a difference of independent estimates (scipy's ttest_ind uses the same df)
+    a, b = evidence.estimate(1.0, 0.3, df=5), evidence.estimate(0.5, 0.2, df=9)
+    assert evidence.independent(a, b).df == pytest.approx((0.09 + 0.04) ** 2 / (0.09**2 / 5 + 0.04**2 / 9))
+    # still a pair: unpacks, compares, copies and pickles with its df
+    est, se = a
+    assert (est, se) == (1.0, 0.3) and a == (1.0, 0.3)
+    assert copy.copy(a).df == 5 and pickle.loads(pickle.dumps(a)).df == 5
+    with pytest.raises(ValueError, match="df"):
+        evidence.Comparison(1.0, 0.1, 0)
+
+
+def test_family_threshold_is_students_t_with_finite_df():
+    assert evidence.family_threshold(10, 0.05, df=4) == pytest.approx(stats.t.ppf(1 - 0.05 / 20, 4))
+    assert evidence.family_threshold(10, 0.05) == pytest.approx(stats.norm.ppf(1 - 0.05 / 20))
+    assert evidence.family_threshold(10, 0.05, df=1e9) == pytest.approx(evidence.family_threshold(10, 0.05), rel=1e-6)

@@ -138,7 +138,7 @@ def test_book_tooling_is_outside_the_library_namespace():
 
 
 QUALIFIED_SIGNATURES = {
-    "nwlib.book.glue": "(name, value, display=False, *, se=None, exact=None, tol=None, verify=True, dtype=None, device=None)",
+    "nwlib.book.glue": "(name, value, display=False, *, se=None, exact=None, tol=None, verify=True, dtype=None, device=None, df=None)",
     "nwlib.book.setup": "(*, profile, seed, device, dtype)",
     "nwlib.book.start": "(notebook, *, profile, seed, device='auto', dtype='float64', threads=None, sizes=None)",
     "nwlib.book.glue_values": "(values, *, exact=None, tol=None, verify=True, dtype=None, device=None)",
@@ -149,10 +149,10 @@ QUALIFIED_SIGNATURES = {
     "nwlib.evidence.mean": "(values)",
     "nwlib.evidence.independent": "(a, b)",
     "nwlib.evidence.se_of_se": "(se, replicates)",
-    "nwlib.evidence.estimate": "(value, se)",
+    "nwlib.evidence.estimate": "(value, se, df=inf)",
     "nwlib.evidence.holm": "(p_values)",
     "nwlib.evidence.significant": "(comparisons, *, alpha=0.05, alternative='two-sided')",
-    "nwlib.evidence.family_threshold": "(count, alpha=0.05)",
+    "nwlib.evidence.family_threshold": "(count, alpha=0.05, df=inf)",
     "nwlib.evidence.fp_tolerance": "(dtype='float64', *, scale=1.0, condition=1.0)",
     "nwlib.evidence.Findings": "(family, *, profile, alpha=0.05)",
     "nwlib.book.verdicts.judge": "(claim, cases, *, conditions, reason)",

@@ -57,3 +57,34 @@ def test_no_profile_without_the_variable(monkeypatch):
     monkeypatch.delenv(tp.ENV_VAR, raising=False)
     tp.begin()
     assert tp.end("nb_test") is None
+
+
+def test_the_runner_adds_the_kernel_start_and_writes_a_summary_the_appendix_reads(tmp_path):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "tools"))
+    try:
+        spec = importlib.util.spec_from_file_location("run_notebooks_t", root / "tools" / "run_notebooks.py")
+        rn = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = rn  # dataclasses look their module up
+        spec.loader.exec_module(rn)
+    finally:
+        sys.path.remove(str(root / "tools"))
+    parts = dict.fromkeys(tp.NAMES, 0.0) | {"sympy": 1.0, "nwlib estimators": 2.0}
+    (tmp_path / "ch98.json").write_text(json.dumps({"notebook": "ch98", "wall_seconds": 7.5, "seconds": parts}))
+    out = rn.write_time_profile(
+        tmp_path, [rn.Result("ch98", "quick", 10.0, "ok"), rn.Result("ch99", "quick", 3.0, "ok")]
+    )
+    summary = json.loads(out.read_text())
+    (row,) = summary["notebooks"]  # ch99 wrote no profile: left out
+    assert row["seconds"]["kernel start and imports"] == 2.5 and row["total_seconds"] == 10.0
+
+    from benchmarks import report
+
+    (tmp_path / "time-profile" / "quick").mkdir(parents=True)
+    (tmp_path / "time-profile" / "quick" / "summary.json").write_text(out.read_text())
+    with pytest.raises(report.ResultFileError, match="add up"):  # 3.0 + 2.5 of 10 s: the profile lost time
+        report.time_profile_table(report.time_profile("quick", results=tmp_path))

@@ -29,6 +29,7 @@ def _glue_a_run(
     gap: float = 1.5e-3,
     n_points: int = 128,
     finding: bool = True,
+    mse_df: float | None = None,
 ) -> Path:
     """Glue like a notebook under the runner: NWLIB_NOTEBOOK set, the notebook's folder as cwd."""
     folder = tmp_path / "run"
@@ -37,7 +38,7 @@ def _glue_a_run(
     monkeypatch.setenv(_provenance.ENV_NOTEBOOK, "ch99_test")
     _provenance._started.discard("ch99_test")  # a new run of the notebook
     setup(profile="quick", seed=0, device=torch.device("cpu"), dtype=torch.float64)
-    glue("mse", mse, se=0.01)
+    glue("mse", mse, se=0.01, df=mse_df)
     glue("gap", torch.tensor(gap, dtype=torch.float32), tol=1e-6)  # a 0-dim tensor: a number, its own dtype
     glue("n_points", np.int64(n_points))
     glue("verdict_C99_short", label)
@@ -206,3 +207,14 @@ def test_missing_and_new_values_fail(tmp_path, monkeypatch):
     assert proc.returncode == 1
     assert "ch99_test::gap" in proc.stdout and "not in the reference" in proc.stdout
     assert "ch99_test::gone" in proc.stdout and "not recorded by this run" in proc.stdout
+
+
+@pytest.mark.parametrize("df, shift_se, ok", [(None, 3.0, False), (3, 3.0, True), (3, 4.0, False)])
+def test_a_standard_error_with_few_degrees_of_freedom_is_trusted_less(tmp_path, monkeypatch, df, shift_se, ok):
+    # Welch df of two SEs of 3 df each, equal: 6; Student's t at the one-comparison level
+    allowed = (stats.t.ppf(1 - ALPHA / 2, 6) if df else stats.norm.ppf(1 - ALPHA / 2)) * math.hypot(0.01, 0.01)
+    assert (shift_se * 0.01 <= allowed) == ok
+    reference = tmp_path / "quick.json"
+    _verify(_glue_a_run(tmp_path, monkeypatch, mse=0.25, mse_df=df), reference, "--update")
+    proc = _verify(_glue_a_run(tmp_path, monkeypatch, mse=0.25 + shift_se * 0.01, mse_df=df), reference)
+    assert (proc.returncode == 0) == ok, proc.stdout + proc.stderr

@@ -43,9 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # nwlib's book tooling and its standard of evidence import no torch (nwlib loads its numerical
 # modules on first use), so reading manifests stays quick.
 from nwlib.book._provenance import read_manifests  # noqa: E402
-from nwlib.evidence import ALPHA, family_threshold  # noqa: E402
+from nwlib.evidence import ALPHA, family_threshold, welch_df  # noqa: E402
 
-KEEP = ("value", "kind", "cls", "se", "tol")
+KEEP = ("value", "kind", "cls", "se", "df", "tol")
 
 
 def seed_independent(key: str, ref: dict[str, Any]) -> bool:
@@ -59,7 +59,9 @@ def seed_independent(key: str, ref: dict[str, Any]) -> bool:
     )
 
 
-def compare(value: Any, got: dict[str, Any] | None, ref: dict[str, Any], z_star: float) -> tuple[bool, str]:
+def compare(
+    value: Any, got: dict[str, Any] | None, ref: dict[str, Any], z_star: float, count: int = 1
+) -> tuple[bool, str]:
     """Whether ``value`` agrees with its reference entry, and the tolerance applied (as text)."""
     cls = ref["cls"]
     if cls == "exact" or ref["kind"] != "float" or not isinstance(ref["value"], float):
@@ -68,9 +70,11 @@ def compare(value: Any, got: dict[str, Any] | None, ref: dict[str, Any], z_star:
         return False, "-"
     if cls == "fp":
         allowed = max(float(ref["tol"] or 0.0), float((got or {}).get("tol") or 0.0))
-    else:  # mc
-        se_run = float((got or {}).get("se") or 0.0)
-        allowed = z_star * math.hypot(float(ref["se"] or 0.0), se_run)
+    else:  # mc: within the family threshold of Student's t with the two SEs' Welch df
+        se_ref, se_run = float(ref["se"] or 0.0), float((got or {}).get("se") or 0.0)
+        df = welch_df((se_ref**2, ref.get("df") or math.inf), (se_run**2, (got or {}).get("df") or math.inf))
+        threshold = z_star if math.isinf(df) else family_threshold(count, ALPHA, df)
+        allowed = threshold * math.hypot(se_ref, se_run)
     diff = abs(float(value) - ref["value"])
     return math.isfinite(diff) and diff <= allowed, f"±{allowed:.3g}"
 
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         elif got is None:
             status, tol, ref_text = "FAIL: not recorded by this run", "-", _short(ref["value"])
         else:
-            ok, tol = compare(got["value"], got, ref, z_star)
+            ok, tol = compare(got["value"], got, ref, z_star, max(n_mc, 1))
             status, ref_text = ("ok" if ok else "FAIL"), _short(ref["value"])
             counts[ref["cls"]] = counts.get(ref["cls"], 0) + 1
         failures += status != "ok"

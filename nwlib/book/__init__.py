@@ -57,6 +57,7 @@ def glue(
     verify: bool = True,
     dtype: Any = None,
     device: Any = None,
+    df: float | None = None,
 ) -> None:
     """Store ``value`` under ``name`` for the book (myst-nb glue), and record where it came from.
 
@@ -94,6 +95,9 @@ def glue(
         Whether to also display the value in the notebook itself.
     se, exact, tol, verify
         The value's class (above).
+    df : float, optional
+        The degrees of freedom of ``se`` (R − 1 for a mean of R replicates); unstated means known.
+        A :class:`~nwlib.evidence.Comparison` carries its own.
     dtype, device : optional
         What the value was computed in, when it is not a tensor and differs from
         :func:`setup`'s.
@@ -108,11 +112,13 @@ def glue(
     if not isinstance(name, str) or not name:
         raise TypeError("name must be a non-empty string")
     if isinstance(value, Comparison):  # a Monte Carlo estimate carries its own standard error
-        if se is not None:
-            raise TypeError(f"glue({name!r}): a Comparison carries its se; do not give se= as well")
-        value, se = float(value.estimate), float(value.se)
+        if se is not None or df is not None:
+            raise TypeError(f"glue({name!r}): a Comparison carries its se and df; do not give them as well")
+        value, se, df = float(value.estimate), float(value.se), value.df
+    if df is not None and se is None:
+        raise TypeError(f"glue({name!r}): df= qualifies a standard error: give se= as well")
     cls = _value_class(name, value, se=se, exact=exact, tol=tol, verify=verify)
-    _provenance.record(name, value, cls=cls, se=se, tol=tol, dtype=dtype, device=device)
+    _provenance.record(name, value, cls=cls, se=se, df=df, tol=tol, dtype=dtype, device=device)
     try:
         from myst_nb import glue as _myst_glue
     except ImportError:  # the notebook runs outside the book toolchain

@@ -167,6 +167,7 @@ def record(
     *,
     cls: str,
     se: float | None = None,
+    df: float | None = None,
     tol: float | None = None,
     dtype: Any = None,
     device: Any = None,
@@ -189,6 +190,8 @@ def record(
         "kind": kind,
         "cls": cls,
         "se": float(se) if se is not None else None,
+        # the SE's degrees of freedom (None: not stated, taken as known); JSON has no inf
+        "df": float(df) if df is not None and math.isfinite(df) else None,
         "tol": float(tol) if tol is not None else None,
         "exact": cls == "exact",
         "verify": cls in ("mc", "exact", "fp"),
