@@ -97,9 +97,15 @@ def test_store_then_lookup_restores_what_the_run_wrote(tmp_path):
     assert nbcache.lookup(cache, "ch09_x", "k2", fresh) is None  # another key: a miss
     assert nbcache.lookup(cache, "ch09_x", "k1", fresh)["seconds"] == 12.3
     assert (fresh / "figures/fig_a.png").read_bytes() == b"png" and not (fresh / "other.ipynb").exists()
-    # a newer run replaces the older entry of the same notebook
-    nbcache.store(cache, "ch09_x", "k3", out, before, seconds=1.0)
-    assert [p.name for p in (cache / "ch09_x").iterdir()] == ["k3"]
+    # other keys (other seeds) are kept beside it, up to KEEP_PER_NOTEBOOK, the oldest going first
+    import os
+    import time
+
+    for i in range(nbcache.KEEP_PER_NOTEBOOK + 2):
+        entry = nbcache.store(cache, "ch09_x", f"s{i}", out, before, seconds=1.0)
+        os.utime(entry, ns=(time.time_ns() - (100 - i) * 10**9,) * 2)  # older than the next store
+    kept = {p.name for p in (cache / "ch09_x").iterdir()}
+    assert len(kept) == nbcache.KEEP_PER_NOTEBOOK and "s0" not in kept and f"s{nbcache.KEEP_PER_NOTEBOOK + 1}" in kept
 
 
 def test_a_damaged_entry_is_a_miss_and_the_build_record_is_never_cached(tmp_path):

@@ -20,7 +20,8 @@ notebooks' results (the build record, ``appendix_environment``) is never cached.
 
 An entry is a folder ``<cache>/<stem>/<key>/`` holding the executed notebook, its provenance
 manifest, every other file the run wrote into the notebooks' folder (figures, sweep files) and
-``entry.json`` (the seconds the run took, its files). ``make clean`` removes the cache; ``--no-cache``
+``entry.json`` (the seconds the run took, its files); the newest :data:`KEEP_PER_NOTEBOOK`
+entries of a notebook are kept. ``make clean`` removes the cache; ``--no-cache``
 (``make book NOCACHE=1``) ignores it for one run.
 """
 
@@ -45,6 +46,7 @@ PACKAGES = ("torch", "numpy", "scipy", "sympy", "pandas", "matplotlib", "papermi
 ENV_VARS = ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
 NEVER_CACHED = frozenset({"appendix_environment"})
 SCHEMA = 1
+KEEP_PER_NOTEBOOK = 8
 
 
 def _files(root: Path, trees: Iterable[str]) -> list[Path]:
@@ -179,11 +181,16 @@ def store(
     tmp.mkdir(parents=True, exist_ok=True)
     record = {"schema": SCHEMA, "key": key, "notebook": stem, "seconds": round(seconds, 1), "files": written}
     (tmp / "entry.json").write_text(json.dumps(record, indent=1) + "\n")
-    # one entry per notebook: older keys of the same notebook are of no further use
-    for old in (cache / stem).iterdir():
-        if old != tmp:
-            shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(entry, ignore_errors=True)
     tmp.rename(entry)
+    # a few entries per notebook (the book's seed, the robustness seeds, a portable run), newest kept
+    entries = sorted(
+        (p for p in (cache / stem).iterdir() if p.is_dir() and ".tmp" not in p.name),
+        key=lambda p: p.stat().st_mtime_ns,
+        reverse=True,
+    )
+    for old in entries[KEEP_PER_NOTEBOOK:]:
+        shutil.rmtree(old, ignore_errors=True)
     return entry
 
 
