@@ -1063,11 +1063,30 @@ def time_profile(profile: str = "quick", *, results: str | Path | None = None) -
     return summary
 
 
-def time_profile_table(summary: Mapping[str, Any]) -> pd.DataFrame:
-    """Seconds per part of the code for every notebook, with the total and each part's share.
+TIME_PART_LABELS = {
+    "nwlib estimators": "estimators",
+    "Monte Carlo engine and other nwlib": "engine",
+    "training and models": "training",
+    "chapter experiments": "experiments",
+    "evidence and book tooling": "evidence",
+    "sympy": "sympy",
+    "plotting": "plotting",
+    "notebook and other": "other",
+    "kernel start and imports": "start",
+}
+"""The table's short column names for the parts of :data:`TIME_PARTS` (the page explains them)."""
 
-    Rows are notebooks plus a "all notebooks" row; columns the parts of :data:`TIME_PARTS` (in
-    seconds), "total (s)" and the share of the total of the largest part.
+
+def _short_notebook(stem: str) -> str:
+    return stem.split("_", 1)[0] if stem[:2] == "ch" and stem[2:4].isdigit() else stem.removeprefix("appendix_")
+
+
+def time_profile_table(summary: Mapping[str, Any]) -> pd.DataFrame:
+    """Seconds per part of the code for every notebook, with the total and the largest part's share.
+
+    Rows are notebooks (``ch01`` … ``ch07``, the appendices by name) plus "all"; columns the
+    parts' short names (:data:`TIME_PART_LABELS`) in seconds, "total (s)" and "largest" (the
+    largest part and its share of the total).
 
     Parameters
     ----------
@@ -1081,25 +1100,26 @@ def time_profile_table(summary: Mapping[str, Any]) -> pd.DataFrame:
     """
     rows = []
     for entry in summary["notebooks"]:
-        parts = {k: float(entry["seconds"].get(k, 0.0)) for k in TIME_PARTS}
+        parts = {TIME_PART_LABELS[k]: float(entry["seconds"].get(k, 0.0)) for k in TIME_PARTS}
         total = float(entry["total_seconds"])
         if abs(sum(parts.values()) - total) > 0.05 * total + 0.5:
             raise ResultFileError(
                 f"{entry['notebook']}: its parts add up to {sum(parts.values()):.1f} s, not its total {total:.1f} s"
             )
-        rows.append({"notebook": entry["notebook"], **parts, "total (s)": total})
+        rows.append({"notebook": _short_notebook(entry["notebook"]), **parts, "total (s)": total})
     table = pd.DataFrame(rows).set_index("notebook")
-    table.loc["all notebooks"] = table.sum()
-    largest = table[list(TIME_PARTS)].idxmax(axis=1)
-    table["largest part"] = [
-        f"{part} ({table.loc[nb, part] / table.loc[nb, 'total (s)']:.0%})" for nb, part in largest.items()
+    table.loc["all"] = table.sum()
+    labels = list(TIME_PART_LABELS.values())
+    largest = table[labels].idxmax(axis=1)
+    table["largest"] = [
+        f"{part} {table.loc[nb, part] / table.loc[nb, 'total (s)']:.0%}" for nb, part in largest.items()
     ]
     return table
 
 
 def styled_time_profile(table: pd.DataFrame) -> Any:
     """:func:`time_profile_table` formatted for the appendix: seconds to one decimal, "–" for 0."""
-    seconds = [c for c in table.columns if c != "largest part"]
+    seconds = [c for c in table.columns if c != "largest"]
     return table.style.format({c: (lambda v: "–" if v == 0 else f"{v:.1f}") for c in seconds}).set_table_attributes(
         'class="time-profile"'
     )

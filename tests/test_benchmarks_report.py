@@ -562,18 +562,18 @@ def test_time_profile_table_sums_parts_and_names_the_largest(tmp_path):
 
     notebooks = [
         {
-            "notebook": "ch01",
+            "notebook": "ch01_attention_is_nw",
             "total_seconds": 10.0,
             "seconds": {"nwlib estimators": 6.0, "sympy": 1.0, "kernel start and imports": 3.0},
         },
-        {"notebook": "ch02", "total_seconds": 4.0, "seconds": {"plotting": 1.0, "notebook and other": 3.0}},
+        {"notebook": "appendix_ch02", "total_seconds": 4.0, "seconds": {"plotting": 1.0, "notebook and other": 3.0}},
     ]
     summary = report.time_profile("quick", results=_time_summary(tmp_path, notebooks))
     table = report.time_profile_table(summary)
-    assert table.loc["ch01", "nwlib estimators"] == 6.0 and table.loc["ch01", "plotting"] == 0.0
-    assert table.loc["all notebooks", "total (s)"] == 14.0 and table.loc["all notebooks", "sympy"] == 1.0
-    assert table.loc["ch01", "largest part"] == "nwlib estimators (60%)"
-    assert table.loc["ch02", "largest part"] == "notebook and other (75%)"
+    assert table.loc["ch01", "estimators"] == 6.0 and table.loc["ch01", "plotting"] == 0.0
+    assert table.loc["all", "total (s)"] == 14.0 and table.loc["all", "sympy"] == 1.0
+    assert table.loc["ch01", "largest"] == "estimators 60%"
+    assert table.loc["ch02", "largest"] == "other 75%"
     assert report.time_profile("standard", results=tmp_path) is None
 
 
