@@ -47,6 +47,7 @@ from typing import Any
 from ._seeds import require_seed
 
 __all__ = [
+    "require_point",
     "SerialExecutor",
     "canonical_key",
     "grid",
@@ -57,6 +58,29 @@ __all__ = [
 ]
 
 _SEED_BITS = 63
+
+
+def require_point(point: object, keys: Sequence[str]) -> Mapping[str, Any]:
+    """``point`` itself, checked as a point function's argument: a mapping holding every one of ``keys``.
+
+    Raises TypeError for a non-mapping and ValueError naming the coordinates it lacks, so every
+    chapter's point function reports a bad grid point the same way.
+
+    Examples
+    --------
+    >>> require_point({"n": 8, "m": 4}, ("n",))
+    {'n': 8, 'm': 4}
+    >>> require_point({"n": 8}, ("n", "m"))
+    Traceback (most recent call last):
+    ...
+    ValueError: point lacks the coordinate(s) ['m']
+    """
+    if not isinstance(point, Mapping):
+        raise TypeError(f"point must be a mapping, got {type(point).__name__}")
+    absent = [k for k in keys if k not in point]
+    if absent:
+        raise ValueError(f"point lacks the coordinate(s) {absent}")
+    return point
 
 
 def canonical_key(point: Mapping[str, Any]) -> str:

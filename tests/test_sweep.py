@@ -271,3 +271,14 @@ def test_duplicate_points_and_bad_functions_are_refused():
 def test_open_executor_yields_a_given_executor_unchanged():
     with SerialExecutor() as mine, open_executor(mine) as ex:
         assert ex is mine
+
+
+def test_require_point_names_what_a_point_lacks():
+    from nwlib.sweep import require_point
+
+    point = {"n": 8, "m": 4}
+    assert require_point(point, ("n", "m")) is point
+    with pytest.raises(ValueError, match=r"lacks the coordinate\(s\) \['k'\]"):
+        require_point(point, ("n", "k"))
+    with pytest.raises(TypeError, match="point must be a mapping"):
+        require_point([("n", 8)], ("n",))

@@ -72,7 +72,7 @@ from ..evidence import Comparison, estimate, fp_tolerance, independent, paired
 from ..evidence import mean as mean_se
 from ..kernels import Kernel, nadaraya_watson_weights
 from ..montecarlo import simulate
-from ..sweep import point_seed
+from ..sweep import point_seed, require_point
 from ..tasks import RegressionTask, make_task
 from ..weighting import least_squares_weights, replicate_mse
 
@@ -1733,11 +1733,7 @@ def combination_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu
     TypeError, ValueError
         If ``point`` lacks a coordinate or holds a bad value (named in the message).
     """
-    if not isinstance(point, Mapping):
-        raise TypeError(f"point must be a mapping, got {type(point).__name__}")
-    missing = [k for k in _POINT_KEYS if k not in point]
-    if missing:
-        raise ValueError(f"point lacks the coordinate(s) {missing}")
+    require_point(point, _POINT_KEYS)
     task_name = require_choice(point["task"], "task", tuple(COMBINATION_TASKS))
     dim = require_positive_int(point["embed_dim"], "embed_dim")
     heads = require_positive_int(point["num_heads"], "num_heads")

@@ -68,7 +68,7 @@ from ..decomposition import decompose
 from ..device import resolve_device
 from ..evidence import Comparison, mean, paired, significant
 from ..montecarlo import simulate
-from ..sweep import grid, point_seed, run_sweep
+from ..sweep import grid, point_seed, require_point, run_sweep
 from ..tasks import RegressionTask, make_task
 from ..weighting import least_squares_weights, replicate_mse, uniform_weights
 
@@ -477,11 +477,7 @@ def head_count_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
     TypeError, ValueError
         If ``point`` lacks a coordinate or holds a bad value (named in the message).
     """
-    if not isinstance(point, Mapping):
-        raise TypeError(f"point must be a mapping, got {type(point).__name__}")
-    missing = [k for k in _POINT_KEYS if k not in point]
-    if missing:
-        raise ValueError(f"point lacks the coordinate(s) {missing}")
+    require_point(point, _POINT_KEYS)
     kernel = require_choice(point["kernel"], "kernel", KERNELS)
     n = require_positive_int(point["n"], "n")
     dim = require_positive_int(point["embed_dim"], "embed_dim")

@@ -62,6 +62,7 @@ from ..evidence import Comparison, estimate, mean, significant
 from ..evidence import fp_tolerance as _fp_tolerance
 from ..montecarlo import simulate
 from ..subspaces import equiangular_heads, hdi, principal_angles, random_subspaces
+from ..sweep import require_point, run_sweep
 from ..tasks import RegressionTask, make_task
 from ..weighting import least_squares_weights, replicate_mse
 
@@ -301,11 +302,7 @@ def random_hdi_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
         ``embed_dim``, ``head_dim``, ``mean`` (the mean HDI), ``law`` (:math:`(D - d_k)/D`), ``gap`` and
         ``se`` (the mean of HDI − law over the families and its standard error) and ``device``.
     """
-    if not isinstance(point, Mapping):
-        raise TypeError(f"point must be a mapping, got {type(point).__name__}")
-    missing = [k for k in _RANDOM_HDI_KEYS if k not in point]
-    if missing:
-        raise ValueError(f"point lacks the coordinate(s) {missing}")
+    require_point(point, _RANDOM_HDI_KEYS)
     D = require_positive_int(point["embed_dim"], "embed_dim")
     k = require_positive_int(point["head_dim"], "head_dim")
     H = require_positive_int(point["num_heads"], "num_heads", minimum=2)
@@ -374,8 +371,6 @@ def random_hdi_check(
     RandomHdiCheck
     """
     import pandas as pd
-
-    from ..sweep import run_sweep
 
     if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence) or not dims:
         raise TypeError("dims must be a non-empty sequence of [embed_dim, head_dim] pairs")

@@ -68,6 +68,7 @@ from ..montecarlo import simulate
 from ..multihead import split_projection
 from ..similarity import rv_diversity
 from ..subspaces import equiangular_heads, hdi, orthonormal_basis, principal_angles, random_subspaces
+from ..sweep import require_point
 from ..tasks import RegressionTask, make_task
 
 if TYPE_CHECKING:
@@ -674,15 +675,6 @@ TRAINING_ARMS: tuple[str, ...] = ("no_penalty", "penalty")
 _HISTORY_FIELDS = ("step", "train_loss", "test_mse", "hdi_key", "hdi_query", "head_correlation", "head_weights")
 
 
-def _require_point(point: object, keys: Sequence[str]) -> Mapping[str, Any]:
-    if not isinstance(point, Mapping):
-        raise TypeError(f"point must be a mapping, got {type(point).__name__}")
-    absent = [k for k in keys if k not in point]
-    if absent:
-        raise ValueError(f"point lacks the coordinate(s) {absent}")
-    return point
-
-
 def signal_overlap(bases: Tensor, signal_dim: int) -> float:
     r"""How much of the signal subspace (the first s coordinates) the heads hold, on average.
 
@@ -749,7 +741,7 @@ def training_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") 
     TypeError, ValueError
         If ``point`` lacks a coordinate or holds a bad value (named in the message).
     """
-    point = _require_point(point, TRAINING_KEYS)
+    point = require_point(point, TRAINING_KEYS)
     task = InContextTask(
         point["embed_dim"], point["signal_dim"], frequency=point["frequency"], noise_sd=point["noise_sd"]
     )
@@ -925,7 +917,7 @@ def optimisation_point(point: Mapping[str, Any], *, seed: int, device: str = "cp
     TypeError, ValueError
         If ``point`` lacks a coordinate or holds a bad value (named in the message).
     """
-    point = _require_point(point, OPTIMISATION_KEYS)
+    point = require_point(point, OPTIMISATION_KEYS)
     if point["regime"] not in REGIMES:
         raise ValueError(f"regime must be one of {list(REGIMES)}, got {point['regime']!r}")
     if not isinstance(device, str):
