@@ -121,3 +121,56 @@ def test_a_case_must_state_the_attributes_the_conditions_name():
         Case("x", True, {"heads": 2})
     with pytest.raises(TypeError, match="cases"):
         judge("C1", [], conditions={}, reason="r")
+
+
+# --- readings: the charitable reading decides, every reading is reported --------------------
+from nwlib.book.verdicts import Reading, judge_readings  # noqa: E402
+
+
+def _reading(name, holds, *, charitable=False, inside=True):
+    attrs = {"heads": "heterogeneous" if inside else "homogeneous"}
+    return Reading(
+        name, f"{name} statement", (Case(name, holds, attrs),), {"heads": ["heterogeneous"]}, charitable=charitable
+    )
+
+
+@pytest.mark.parametrize(
+    "charitable_holds, strict_holds, expected",
+    [(True, False, "reproduced"), (False, True, "not reproduced as stated"), (True, True, "reproduced")],
+)
+def test_charitable_reading_decides_label(charitable_holds, strict_holds, expected):
+    v = judge_readings(
+        "C0", [_reading("strict", strict_holds), _reading("loose", charitable_holds, charitable=True)], reason="r"
+    )
+    assert v.label == expected
+    assert [r.name for r in v.readings] == ["strict", "loose"]
+    assert v.charitable.name == "loose"
+    # the strict reading keeps its own label, computed by judge on its own cases
+    assert v.readings[0].label == ("reproduced" if strict_holds else "not reproduced as stated")
+    assert "on the charitable reading, loose" in v.text()
+
+
+def test_reading_possible_labels_follow_charitable_reading():
+    sure = Reading("identity", "s", (Case("algebra", True, could_fail=False),), charitable=True)
+    v = judge_readings("C0", [sure, _reading("empirical", False)], reason="r")
+    assert v.possible == ("reproduced",) and not v.decisive
+    assert v.readings[1].decisive
+    assert "could not have come out otherwise" in v.readings[0].text()
+
+
+def test_readings_rejects_bad_input():
+    good = _reading("a", True, charitable=True)
+    with pytest.raises(ValueError, match="charitable"):
+        judge_readings("C0", [_reading("a", True)], reason="r")
+    with pytest.raises(ValueError, match="charitable"):
+        judge_readings("C0", [good, _reading("b", True, charitable=True)], reason="r")
+    with pytest.raises(ValueError, match="distinct"):
+        judge_readings("C0", [good, _reading("a", True)], reason="r")
+    with pytest.raises(ValueError, match="at least one"):
+        judge_readings("C0", [], reason="r")
+    with pytest.raises(TypeError, match="Reading"):
+        judge_readings("C0", [good, "b"], reason="r")
+    with pytest.raises(TypeError, match="cases"):
+        Reading("a", "s", ())
+    with pytest.raises(TypeError, match="statement"):
+        Reading("a", " ", (Case("x", True),))

@@ -339,12 +339,15 @@ def glue_verdict(verdict: Any, *, verify_text: bool = False) -> None:
     ``verdict_<claim>_possible`` (the labels the evidence could have produced, as a phrase:
     “reproduced” or “not reproduced as stated”) and ``verdict_<claim>_decisive`` ("yes" if the
     evidence could have produced another label, "no" if the label could not have come out
-    otherwise).
+    otherwise). A verdict from :func:`nwlib.book.verdicts.judge_readings` also glues
+    ``verdict_<claim>_readings`` (every reading tested with its label, the charitable one
+    marked) and ``verdict_<claim>_charitable`` (the charitable reading's name); the ledger
+    shows both.
 
     Parameters
     ----------
     verdict : nwlib.book.verdicts.Verdict
-        From :func:`nwlib.book.verdicts.judge` or :func:`nwlib.book.verdicts.decide`.
+        From :func:`nwlib.book.verdicts.judge_readings` (or ``judge``/``decide``).
     verify_text : bool, default False
         Compare the text on reruns as well: only for a reason that quotes no computed number.
 
@@ -361,7 +364,13 @@ def glue_verdict(verdict: Any, *, verify_text: bool = False) -> None:
     glue(f"verdict_{verdict.claim}", verdict.text(), verify=verify_text)
     glue(f"verdict_{verdict.claim}_possible", _or_list(verdict.possible))
     glue(f"verdict_{verdict.claim}_decisive", "yes" if verdict.decisive else "no")
+    readings = getattr(verdict, "readings", ())
+    if readings:
+        glue(f"verdict_{verdict.claim}_readings", "; ".join(r.text() for r in readings))
+        glue(f"verdict_{verdict.claim}_charitable", verdict.charitable.name)
     print(f"{verdict.claim}: {verdict.text()}")
+    for r in readings:
+        print(f"  reading {r.text()}")
 
 
 def _or_list(labels: Any) -> str:

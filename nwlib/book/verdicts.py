@@ -36,7 +36,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-__all__ = ["LABELS", "Case", "Verdict", "decide", "judge", "within_conditions"]
+__all__ = [
+    "LABELS",
+    "Case",
+    "Reading",
+    "ReadingVerdict",
+    "Verdict",
+    "decide",
+    "judge",
+    "judge_readings",
+    "within_conditions",
+]
 
 REPRODUCED = "reproduced"
 UNDER_CONDITIONS = "reproduced under the paper's conditions"
@@ -61,12 +71,21 @@ class Verdict:
         One sentence: the deciding evidence (with numbers, formatted by the caller).
     possible : tuple of str
         The labels this experiment could have produced with other outcomes.
+    readings : tuple of ReadingVerdict
+        The readings of the claim that were tested, each with its own label, when the verdict
+        comes from :func:`judge_readings` (empty from :func:`decide` and :func:`judge`).
     """
 
     claim: str
     label: str
     reason: str
     possible: tuple[str, ...]
+    readings: tuple[ReadingVerdict, ...] = ()
+
+    @property
+    def charitable(self) -> ReadingVerdict | None:
+        """The charitable reading, whose label is the claim's (None without readings)."""
+        return next((r for r in self.readings if r.charitable), None)
 
     @property
     def decisive(self) -> bool:
@@ -75,7 +94,9 @@ class Verdict:
 
     def text(self) -> str:
         """The label with its reason, and a warning when the label could not have come out otherwise."""
-        out = f"{self.label} ({self.reason})"
+        charitable = self.charitable
+        on = f"on the charitable reading, {charitable.name}: " if charitable is not None else ""
+        out = f"{self.label} ({on}{self.reason})"
         if not self.decisive:
             out += "; this check could not have produced another label, so it is no evidence for the claim"
         return out
@@ -289,3 +310,137 @@ def judge(
     verdict = decide(claim, holds_as_stated=holds_as_stated, reason=reason, possible=LABELS, **verdict_kwargs)
     possible.add(verdict.label)
     return replace(verdict, possible=tuple(x for x in LABELS if x in possible))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One reading of a claim: what the (summarised) statement is taken to say, and its cases.
+
+    We judge a summary of the paper, so a claim often admits several reasonable readings
+    (existential or universal, one definition of a symbol or another). Each reading is tested
+    by its own cases under its own statement of the paper's conditions; exactly one reading
+    per claim is marked *charitable*: the reading most favourable to the paper that the
+    summary's words still support. The claim's label is the charitable reading's label
+    (:func:`judge_readings`); the other readings' labels are reported beside it.
+
+    Attributes
+    ----------
+    name : str
+        A few words naming the reading (``"existential"``, ``"own-dimension bandwidth"``).
+    statement : str
+        The reading in one sentence, as tested.
+    cases : tuple of Case
+        At least one.
+    conditions : mapping of str to iterable of str, default {}
+        The paper's conditions under this reading (see :func:`judge`).
+    charitable : bool, default False
+        Whether this is the charitable reading.
+    """
+
+    name: str
+    statement: str
+    cases: tuple[Case, ...]
+    conditions: Mapping[str, Iterable[str]] = field(default_factory=dict)
+    charitable: bool = False
+
+    def __post_init__(self) -> None:
+        for attribute in ("name", "statement"):
+            value = getattr(self, attribute)
+            if not isinstance(value, str) or not value.strip():
+                raise TypeError(f"{attribute} must be a non-empty string, got {value!r}")
+        cases = tuple(self.cases)
+        if not cases or not all(isinstance(c, Case) for c in cases):
+            raise TypeError("cases must be a non-empty sequence of Case")
+        object.__setattr__(self, "cases", cases)
+        if not isinstance(self.conditions, Mapping):
+            raise TypeError(f"conditions must be a mapping, got {type(self.conditions).__name__}")
+        if not isinstance(self.charitable, bool):
+            raise TypeError(f"charitable must be a bool, got {type(self.charitable).__name__}")
+
+
+@dataclass(frozen=True)
+class ReadingVerdict:
+    """A reading's outcome: its label and the labels its cases could have produced.
+
+    Attributes
+    ----------
+    name, statement : str
+    charitable : bool
+    label : str
+        One of :data:`LABELS`, from :func:`judge` on the reading's cases and conditions.
+    possible : tuple of str
+    """
+
+    name: str
+    statement: str
+    charitable: bool
+    label: str
+    possible: tuple[str, ...]
+
+    @property
+    def decisive(self) -> bool:
+        """Whether this reading's cases could have produced another label."""
+        return len(self.possible) > 1
+
+    def text(self) -> str:
+        """``name (charitable): label``, with a warning when the label could not have come out otherwise."""
+        out = f"{self.name}{' (charitable)' if self.charitable else ''}: {self.label}"
+        return out if self.decisive else out + " (could not have come out otherwise)"
+
+
+def judge_readings(claim: str, readings: Iterable[Reading], *, reason: str) -> Verdict:
+    """A claim's verdict from every reading tested: the charitable reading decides the label.
+
+    Each reading is judged by :func:`judge` on its own cases and conditions. The claim takes
+    the label of the reading marked charitable, and the labels it could have produced; every
+    reading's outcome is kept in :attr:`Verdict.readings` for the ledger. Testing only a
+    strict reading and calling the claim refuted is what this rule prevents: a claim is "not
+    reproduced as stated" only when its most favourable reasonable reading fails.
+
+    Parameters
+    ----------
+    claim : str
+    readings : iterable of Reading
+        At least one, with distinct names, exactly one of them charitable.
+    reason : str
+        The deciding evidence in one sentence.
+
+    Returns
+    -------
+    Verdict
+
+    Raises
+    ------
+    TypeError
+        If ``readings`` holds something other than :class:`Reading`.
+    ValueError
+        If there is no reading, not exactly one charitable reading, or two readings share a name.
+
+    Examples
+    --------
+    >>> strict = Reading("universal", "holds in every setting",
+    ...                  (Case("a", False, {"heads": "heterogeneous"}),), {"heads": ["heterogeneous"]})
+    >>> loose = Reading("existential", "holds in some setting", (Case("b", True),), charitable=True)
+    >>> v = judge_readings("C11", [strict, loose], reason="...")
+    >>> v.label, [r.label for r in v.readings]
+    ('reproduced', ['not reproduced as stated', 'reproduced'])
+    """
+    readings = list(readings)
+    if not readings:
+        raise ValueError("readings must hold at least one Reading")
+    if not all(isinstance(r, Reading) for r in readings):
+        raise TypeError("readings must be Reading objects")
+    names = [r.name for r in readings]
+    if len(set(names)) != len(names):
+        raise ValueError(f"readings must have distinct names, got {names}")
+    charitable = [r for r in readings if r.charitable]
+    if len(charitable) != 1:
+        raise ValueError(f"exactly one reading must be charitable, got {len(charitable)}")
+    outcomes = []
+    for r in readings:
+        v = judge(claim, r.cases, conditions=r.conditions, reason=reason)
+        outcomes.append(ReadingVerdict(r.name, r.statement, r.charitable, v.label, v.possible))
+    chosen = next(o for o in outcomes if o.charitable)
+    return Verdict(
+        claim=claim, label=chosen.label, reason=reason.strip(), possible=chosen.possible, readings=tuple(outcomes)
+    )
