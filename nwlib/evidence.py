@@ -360,11 +360,29 @@ class OneSided:
 
     @property
     def p_value(self) -> float:
-        """One-sided p-value (normal approximation)."""
+        """One-sided p-value: Student t with the comparison's degrees of freedom (normal when infinite)."""
         d = self.distance
         if math.isinf(d):
             return 0.0 if d > 0 else 1.0
+        return _upper_tail(d, self.comparison.df)
+
+
+def _upper_tail(d: float, df: float) -> float:
+    """P(T > d) for Student's t with ``df`` degrees of freedom (the normal when ``df`` is infinite)."""
+    if math.isinf(df):
         return 1.0 - _N.cdf(d)
+    from scipy.stats import t  # lazy: only comparisons with finite df need scipy
+
+    return float(t.sf(d, df))
+
+
+def _quantile(level: float, df: float) -> float:
+    """The ``level`` quantile of Student's t with ``df`` degrees of freedom (normal when infinite)."""
+    if math.isinf(df):
+        return _N.inv_cdf(level)
+    from scipy.stats import t
+
+    return float(t.ppf(level, df))
 
 
 def _tests(comparisons: Any, name: str) -> list[Comparison]:
@@ -588,7 +606,6 @@ class Findings:
         for f in tested:
             f.p_value = max(t.p_value for t in f.tests)
         adjusted = holm([f.p_value for f in tested])
-        z_level = _N.inv_cdf(1 - self.alpha / max(m, 1))
         z_power = _N.inv_cdf(POWER)
         for f, p in zip(tested, adjusted, strict=True):
             f.p_adjusted = p
@@ -596,6 +613,8 @@ class Findings:
             powers, factors = [], []
             for t in f.tests:
                 d = t.distance
+                # the Bonferroni level of a rerun, on the comparison's own t distribution
+                z_level = _quantile(1 - self.alpha / max(m, 1), t.comparison.df)
                 powers.append(1.0 if d == math.inf else 0.0 if d == -math.inf else _N.cdf(d - z_level))
                 factors.append(
                     1.0 if d == math.inf else math.inf if d <= 0 else max(1.0, ((z_level + z_power) / d) ** 2)

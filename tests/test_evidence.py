@@ -212,10 +212,10 @@ def test_independent_difference_adds_variances_and_se_of_se_matches_simulation()
 
 def test_the_family_is_closed_once_a_decision_is_read():
     f = Findings("t", profile="quick")
-    f.greater("a", "an effect", estimate(0.3, 0.1))
+    f.greater("a", "an effect", estimate(0.22, 0.1))
     assert f.holds("a")
     with pytest.raises(RuntimeError, match="declare every finding"):
-        f.greater("b", "a later effect", estimate(0.3, 0.1))
+        f.greater("b", "a later effect", estimate(0.22, 0.1))
 
 
 # --- crossed (two-way tables) and against (one value versus a reference law) ---
@@ -302,3 +302,20 @@ def test_family_threshold_is_students_t_with_finite_df():
     assert evidence.family_threshold(10, 0.05, df=4) == pytest.approx(stats.t.ppf(1 - 0.05 / 20, 4))
     assert evidence.family_threshold(10, 0.05) == pytest.approx(stats.norm.ppf(1 - 0.05 / 20))
     assert evidence.family_threshold(10, 0.05, df=1e9) == pytest.approx(evidence.family_threshold(10, 0.05), rel=1e-6)
+
+
+def test_finding_p_value_uses_student_t_with_the_comparisons_df():
+    """Few replicates (df = 3) widen the test: the p-value is t's upper tail, not the normal's."""
+    from scipy.stats import norm, t
+
+    from nwlib.evidence import Findings, estimate
+
+    f = Findings("ch99", profile="quick")
+    f.greater("few", "a gain on four seeds", estimate(0.22, 0.1, df=3))
+    f.greater("many", "a gain on many replicates", estimate(0.22, 0.1))
+    f.decide()
+    assert f["few"].p_value == pytest.approx(t.sf(2.2, 3), rel=1e-12)
+    assert f["many"].p_value == pytest.approx(norm.sf(2.2), rel=1e-12)
+    # t(3) at 2.2 SE is not significant after Holm over two findings; the normal is
+    assert not f.holds("few") and f.holds("many")
+    assert f["few"].power < f["many"].power
