@@ -55,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "KERNELS": "kernels",
     "nadaraya_watson": "kernels",
     "nadaraya_watson_weights": "kernels",
+    "cosine_attention": "kernels",
     "MemoryEstimate": "montecarlo",
     "memory_estimate": "montecarlo",
     "simulate": "montecarlo",
@@ -135,6 +136,7 @@ __all__ = [
     "multiangle_heads",
     "nadaraya_watson",
     "nadaraya_watson_weights",
+    "cosine_attention",
     "nested_weights",
     "noise_covariance",
     "noise_covariance_factor",
@@ -203,6 +205,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
     )
     from .kernels import (
         KERNELS,
+        cosine_attention,
         nadaraya_watson,
         nadaraya_watson_weights,
     )

@@ -19,6 +19,7 @@ queries stay finite in float32.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -33,7 +34,7 @@ from ._validation import (
     require_tensor,
 )
 
-__all__ = ["nadaraya_watson", "nadaraya_watson_weights", "KERNELS"]
+__all__ = ["nadaraya_watson", "nadaraya_watson_weights", "cosine_attention", "KERNELS"]
 
 KERNELS: tuple[str, ...] = ("exp", "gaussian")
 """Kernel names accepted by :func:`nadaraya_watson` and :func:`nadaraya_watson_weights`."""
@@ -315,3 +316,65 @@ def nadaraya_watson_weights(
     else:
         logits = (queries / h) @ (keys / h).mT
     return torch.softmax(logits, dim=-1)
+
+
+def cosine_attention(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    *,
+    temperature: float | Tensor,
+) -> Tensor:
+    r"""Attention with normalised queries and keys: ``softmax(<q̂, k̂> / τ) v``.
+
+    Queries and keys are scaled to the unit sphere (the QK normalisation of Henry et al. 2020,
+    and the scaled cosine attention of recent vision transformers), so every key has the same
+    norm and the exponential kernel *is* a Gaussian one:
+    :math:`\exp(\langle\hat q, \hat k\rangle/\tau) \propto \exp(-\lVert\hat q-\hat k\rVert^2/(2\tau))`
+    (chapter 1). This is attention in the regime where it can smooth: the temperature τ is
+    the squared bandwidth, and a small τ localises the weights around the query's direction,
+    where the unnormalised kernel would only tilt the design towards large keys.
+
+    Parameters
+    ----------
+    queries : Tensor, shape (..., m, d)
+    keys : Tensor, shape (..., n, d)
+        Zero rows are not allowed (they have no direction).
+    values : Tensor, shape (..., n, p) or (..., n)
+    temperature : float or Tensor
+        τ > 0; a tensor broadcasts against the batch shape (one temperature per head, say).
+
+    Returns
+    -------
+    Tensor, shape (..., m, p) or (..., m)
+        Dtype and device of the inputs.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`nadaraya_watson`; ``ValueError`` also for a zero query or key row, or a
+        temperature that is not finite and > 0.
+
+    Examples
+    --------
+    >>> import torch
+    >>> q, k, v = torch.randn(3, 4), torch.randn(10, 4), torch.randn(10)
+    >>> qn, kn = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
+    >>> ref = torch.softmax(qn @ kn.T / 0.1, dim=-1) @ v
+    >>> torch.allclose(cosine_attention(q, k, v, temperature=0.1), ref, atol=1e-5)
+    True
+    """
+    queries, keys = _check_qk(queries, keys)
+    for name, t in (("queries", queries), ("keys", keys)):
+        if t.numel() and _values_checkable(t) and bool((t.norm(dim=-1) == 0).any()):
+            raise ValueError(f"{name} must have no zero rows: a zero vector has no direction")
+    if isinstance(temperature, Tensor):
+        bandwidth: float | Tensor = temperature.to(queries.dtype).sqrt()
+    else:
+        tau = float(temperature)
+        if not math.isfinite(tau) or tau <= 0:
+            raise ValueError(f"temperature must be finite and > 0, got {temperature!r}")
+        bandwidth = math.sqrt(tau)
+    q = torch.nn.functional.normalize(queries, dim=-1)
+    k = torch.nn.functional.normalize(keys, dim=-1)
+    return nadaraya_watson(q, k, values, kernel="exp", bandwidth=bandwidth)

@@ -14,6 +14,7 @@ PUBLIC_SIGNATURES = {
     "MultiHeadNW": "(embed_dim, num_heads, *, bias=True, kdim=None, vdim=None, batch_first=False, device=None, dtype=None)",
     "nadaraya_watson": "(queries, keys, values, *, kernel='exp', bandwidth=None)",
     "nadaraya_watson_weights": "(queries, keys, *, kernel='exp', bandwidth=None)",
+    "cosine_attention": "(queries, keys, values, *, temperature)",
     "resolve_device": "(device='auto')",
     "loo_cv_score": "(keys, values, bandwidth, *, kernel='gaussian')",
     "scott_bandwidth": "(n, d, sigma=1.0)",
