@@ -12,9 +12,13 @@ PIP         := $(PY) -m pip
 # Exact versions the committed results were made with; CONSTRAINTS= resolves freely instead.
 CONSTRAINTS ?= constraints.txt
 # torch for a .venv that has none yet (default: the constrained release). TORCH_INDEX_URL adds a
-# package index for it, e.g. https://download.pytorch.org/whl/cpu for the CPU-only build.
+# package index for it. Default ("auto"): on Linux without an NVIDIA GPU, PyTorch's CPU index
+# (PyPI's Linux wheel is the CUDA build: 2.7 GB with its NVIDIA wheels), if that index answers
+# within 5 s, otherwise PyPI alone (a machine that reaches only PyPI still works); with a GPU,
+# macOS or Windows, PyPI. TORCH_INDEX_URL= (empty) forces PyPI; TORCH_INDEX_URL=<url> any index.
 TORCH_SPEC      ?= $(or $(shell grep -E '^torch==' constraints.txt 2>/dev/null),torch>=2.2)
-TORCH_INDEX_URL ?=
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL ?= auto
 BOOK_STAMP  := $(VENV)/.nwlib-book
 TEST_STAMP  := $(VENV)/.nwlib-test
 # The CITATION.cff validator lives in a venv of its own: cffconvert 2 pins jsonschema < 4, which
@@ -78,13 +82,24 @@ $(PY):
 $(VENV_CONSTRAINTS): $(CONSTRAINTS) | $(PY)
 	grep -v -i -E '^torch[[:space:]]*([=<>!~;[]|$$)' $(CONSTRAINTS) > $@
 
+# The index for torch, resolved when it is needed: "auto" becomes the CPU index on a Linux
+# machine without an NVIDIA GPU whose network reaches that index, and nothing otherwise.
+define torch_index
+$$(if [ "$(TORCH_INDEX_URL)" = auto ]; then \
+   if [ "$$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1 && [ ! -e /proc/driver/nvidia/version ] \
+      && $(PY) -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" >/dev/null 2>&1; then \
+     echo --extra-index-url $(TORCH_CPU_INDEX); fi; \
+ elif [ -n "$(TORCH_INDEX_URL)" ]; then echo --extra-index-url $(TORCH_INDEX_URL); fi)
+endef
+
 # An installed torch (CPU or CUDA build, chosen by the user) is kept; otherwise TORCH_SPEC.
 define ensure_torch
 	@if $(PY) -c "import torch" 2>/dev/null; then \
 	  echo "keeping the installed torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
 	else \
-	  echo "$(PIP) install $(PIP_C) $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) '$(TORCH_SPEC)'"; \
-	  $(PIP) install --quiet $(PIP_C) $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) '$(TORCH_SPEC)'; \
+	  index="$(torch_index)"; \
+	  echo "$(PIP) install $(PIP_C) $$index '$(TORCH_SPEC)'"; \
+	  $(PIP) install --quiet $(PIP_C) $$index '$(TORCH_SPEC)'; \
 	fi
 endef
 
@@ -99,7 +114,7 @@ $(TEST_STAMP): pyproject.toml $(CONSTRAINTS) $(if $(CONSTRAINTS),$(VENV_CONSTRAI
 	@touch $@ $(BOOK_STAMP)
 
 torch: $(if $(CONSTRAINTS),$(VENV_CONSTRAINTS)) | $(PY)
-	$(PIP) install $(PIP_C) $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) '$(TORCH_SPEC)'
+	index="$(torch_index)"; $(PIP) install $(PIP_C) $$index '$(TORCH_SPEC)'
 
 book: $(BOOK_STAMP)
 	$(MAKE) --no-print-directory notebooks PROFILE=$(PROFILE) STAGE=$(STAGE)
