@@ -202,6 +202,8 @@ def test_provenance(tmp_path):
     assert summary.to_dict("index") == {"a": {"values": 2, "compared": 1}, "b": {"values": 1, "compared": 1}}
     (tmp_path / "c.provenance.jsonl").write_text(json.dumps(entry("c", "f", 0.1234567891, True)) + "\n")
     assert record.provenance(tmp_path)[0].set_index("key").loc["f", "value"] == "0.123457"
+    raw = record.provenance(tmp_path, formatted=False)[0].set_index("key")
+    assert raw.loc["f", "value"] == 0.1234567891 and raw.loc["s", "value"] == "y" * 80  # the download keeps all
     empty_manifest, empty_summary = record.provenance(tmp_path / "none")
     assert empty_manifest.empty and list(empty_manifest.columns) == list(record.MANIFEST_COLUMNS)
     assert empty_summary.empty

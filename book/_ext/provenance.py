@@ -76,6 +76,13 @@ class AnnotateGlueProvenance(SphinxPostTransform):
             wrapper.append(node)
 
 
+def _add_static(app: Sphinx) -> None:
+    app.config.html_static_path.append(str(Path(__file__).parent / "static"))
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_post_transform(AnnotateGlueProvenance)
+    # the book's reading styles: glued numbers as plain text, wide content scrolls (static/nwlib.css)
+    app.connect("builder-inited", _add_static)
+    app.add_css_file("nwlib.css")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -334,14 +334,22 @@ def citations(book: str | Path, *, site: str, repo_url: str, year: str, version:
     return entries
 
 
-def provenance(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def provenance(folder: str | Path, *, formatted: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every glued value recorded in the manifests under ``folder``, and a summary per notebook.
+
+    Parameters
+    ----------
+    folder : str or Path
+        The folder of executed notebooks and their ``<notebook>.provenance.jsonl`` manifests.
+    formatted : bool, default True
+        Format values for a page (floats to 6 significant digits, text cut to 60 characters);
+        False keeps them as recorded (the downloadable manifest).
 
     Returns
     -------
     manifest : pandas.DataFrame
         One row per (notebook, key), columns :data:`MANIFEST_COLUMNS` with ``execution_count``
-        named ``cell``; floats shown to 6 significant digits, other values cut to 60 characters.
+        named ``cell``; values formatted as ``formatted`` says.
     summary : pandas.DataFrame
         Indexed by notebook: ``values`` (how many) and ``compared`` (how many ``make verify`` compares).
     """
@@ -352,6 +360,7 @@ def provenance(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not len(manifest):
         return pd.DataFrame(columns=columns), pd.DataFrame({"values": [], "compared": []})
     manifest = manifest[columns].rename(columns={"execution_count": "cell"})
-    manifest["value"] = manifest["value"].map(lambda v: f"{v:.6g}" if isinstance(v, float) else str(v)[:60])
+    if formatted:
+        manifest["value"] = manifest["value"].map(lambda v: f"{v:.6g}" if isinstance(v, float) else str(v)[:60])
     summary = manifest.groupby("notebook").agg(values=("key", "size"), compared=("verify", "sum"))
     return manifest, summary
