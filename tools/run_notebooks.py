@@ -182,6 +182,7 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
         params["seed"] = args.seed
     if args.executor is not None and "executor" in params:  # only notebooks whose grid runs through run_sweep
         params["executor"] = args.executor
+    overridden = [name for name in ("device", "seed") if getattr(args, name) is not None]
 
     import nbcache  # tools/, this script's folder
 
@@ -205,6 +206,9 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
                 "parameters": params,
                 "cell_timeout": args.cell_timeout or None,
                 "result": str(result_path),
+                "profile": args.profile,
+                "parameter_path": _rel(parameter_file(args.profile, nb))
+                + "".join(f", {name}={params[name]!r} from the command line" for name in overridden),
             }
         )
     )
@@ -241,6 +245,31 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
     return res
 
 
+def label_parameter_cells(notebook: dict, profile: str, parameter_path: str) -> dict:
+    """Say, in the executed notebook, which of its two parameter cells ran.
+
+    papermill keeps the notebook's defaults (the cell tagged ``parameters``) and adds after it a
+    cell tagged ``injected-parameters`` with the profile's values, which override them. A reader of
+    the page would see two unlabelled cells; a short note before each says which is which.
+    Returns the notebook (a dict in nbformat 4), changed in place.
+    """
+    notes = {
+        "parameters": "*The notebook's default parameters; the next cell overrides them with the values that ran.*",
+        "injected-parameters": (
+            f"*The parameters that ran: profile `{profile}`, from `{parameter_path}` (injected by papermill).*"
+        ),
+    }
+    cells = []
+    for cell in notebook.get("cells", []):
+        tags = cell.get("metadata", {}).get("tags", [])
+        for tag, text in notes.items():
+            if tag in tags:
+                cells.append({"cell_type": "markdown", "id": f"note-{tag}", "metadata": {}, "source": text})
+        cells.append(cell)
+    notebook["cells"] = cells
+    return notebook
+
+
 def execute_one(spec_path: Path) -> int:
     """Child process: run papermill on one notebook and write a one-line result file."""
     spec = json.loads(spec_path.read_text())
@@ -257,6 +286,11 @@ def execute_one(spec_path: Path) -> int:
             progress_bar=False,
             execution_timeout=spec["cell_timeout"],
         )
+        out = Path(spec["output"])
+        executed = label_parameter_cells(
+            json.loads(out.read_text()), spec.get("profile", "?"), spec.get("parameter_path", "its profile")
+        )
+        out.write_text(json.dumps(executed, indent=1, ensure_ascii=False) + "\n")
     except BaseException as err:  # every kind of failure is reported, not only PapermillExecutionError
         status = "FAILED"
         if type(err).__name__ == "PapermillExecutionError":
