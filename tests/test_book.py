@@ -88,3 +88,18 @@ def test_finish_checks_the_findings_and_glues_the_time(notebook):
         run.finish()
     got = _entries(notebook)
     assert got["elapsed_s"]["verify"] is False and got["finding_positive"]["value"] is False
+
+
+def test_start_applies_the_book_figure_style():
+    """Every notebook's figures share one style: legible fonts, the colour-blind-safe cycle, opaque PNGs."""
+    import matplotlib as mpl
+
+    from nwlib.book import FIGURE_COLOURS, FIGURE_STYLE, _apply_figure_style
+
+    with mpl.rc_context():
+        mpl.rcParams["font.size"] = 6.0
+        _apply_figure_style()
+        assert mpl.rcParams["font.size"] == FIGURE_STYLE["font.size"] >= 10
+        assert min(mpl.rcParams[k] for k in ("xtick.labelsize", "ytick.labelsize", "legend.fontsize")) >= 10
+        assert mpl.rcParams["axes.prop_cycle"].by_key()["color"] == list(FIGURE_COLOURS)
+        assert mpl.rcParams["savefig.facecolor"] == "white" and not mpl.rcParams["savefig.transparent"]
