@@ -53,13 +53,14 @@ JB_FLAGS    ?=
 # jupyter-book writes <path-output>/_build/html; that folder is then moved to HTML.
 JB_OUT       = $(patsubst %/,%,$(HTML)).jb
 
-.PHONY: help book pdf test unit lint notebooks verdicts verify verify-compare verify-update robustness time-profile html browser-check gpu-check bench torch clean
+.PHONY: help book pdf pdf-check test unit lint notebooks verdicts verify verify-compare verify-update robustness time-profile html browser-check gpu-check bench torch clean
 
 help:
 	@echo "make book          execute notebooks (PROFILE=$(PROFILE)) and build the book into $(HTML)"
 	@echo "make test          lint, unit tests + doctests, notebooks (quick), strict build and browser"
 	@echo "                   check of the book in $(TEST_HTML)"
 	@echo "make pdf           the book as one PDF in $(PDF) (needs TeX Live, see the README)"
+	@echo "make pdf-check     build the PDF of the book in STAGE and check it (raw LaTeX, reprs, margins)"
 	@echo "make verify        rerun the quick profile and compare every glued value with verify/quick.json"
 	@echo "make verify-update rerun the quick profile and rewrite verify/quick.json (a deliberate change)"
 	@echo "make robustness    rerun the quick profile with SEEDS=\"$(SEEDS)\": notebooks, findings, labels and Monte"
@@ -188,21 +189,36 @@ test: $(TEST_STAMP)
 	$(MAKE) --no-print-directory verify-compare
 	$(MAKE) --no-print-directory html STAGE=$(TEST_STAGE) HTML=$(TEST_HTML) JB_FLAGS="-n -W --keep-going"
 	$(MAKE) --no-print-directory browser-check HTML=$(TEST_HTML)
+	$(MAKE) --no-print-directory pdf-check STAGE=$(TEST_STAGE) PDF=_build/test/pdf/nwlib-companion.pdf LATEX_OUT=_build/test/latex-out
 	@git diff --quiet && test -z "$$(git status --porcelain)" || { echo "make test left the tree dirty:" >&2; git status --porcelain >&2; exit 1; }
 
 # The whole book as one PDF (XeLaTeX; needs TeX Live: Debian's latexmk texlive-xetex
 # texlive-latex-extra texlive-fonts-recommended fonts-freefont-otf). Reuses the executed notebooks of
 # the last `make book` when they are there, else executes them (PROFILE).
 PDF := _build/pdf/nwlib-companion.pdf
+LATEX_OUT := _build/latex-out
 pdf: $(BOOK_STAMP)
 	@command -v xelatex >/dev/null && command -v latexmk >/dev/null || { \
 	  echo "make pdf needs TeX Live: apt-get install latexmk texlive-xetex texlive-latex-extra texlive-fonts-recommended fonts-freefont-otf" >&2; exit 1; }
 	@test -f $(STAGE)/notebooks/appendix_environment.ipynb || $(MAKE) --no-print-directory notebooks PROFILE=$(PROFILE) STAGE=$(STAGE)
 	$(PY) tools/run_notebooks.py --sources-only --stage $(STAGE)
-	rm -rf _build/latex-out
-	$(VENV)/bin/jupyter-book build $(STAGE) --path-output _build/latex-out --builder pdflatex
-	mkdir -p $(dir $(PDF)) && cp _build/latex-out/_build/latex/nwlib-companion.pdf $(PDF) && rm -rf _build/latex-out
+	rm -rf $(LATEX_OUT)
+	$(VENV)/bin/jupyter-book build $(STAGE) --path-output $(LATEX_OUT) --builder pdflatex
+	mkdir -p $(dir $(PDF)) && cp $(LATEX_OUT)/_build/latex/nwlib-companion.pdf $(PDF) \
+	  && cp $(LATEX_OUT)/_build/latex/nwlib-companion.log $(PDF:.pdf=.log) && rm -rf $(LATEX_OUT)
 	@echo "PDF built: $(abspath $(PDF))"
+
+# make pdf-check: the PDF of the book in STAGE, checked as a reader meets it (tools/pdf_check.py: no LaTeX
+# source, no object reprs, nothing over the margin). make test runs it on the quick book; without TeX
+# Live it is skipped with a note, except under CI=true, where it must run.
+pdf-check: $(BOOK_STAMP)
+	@if command -v xelatex >/dev/null && command -v latexmk >/dev/null && command -v pdftotext >/dev/null; then \
+	  mkdir -p $(dir $(PDF)) && $(MAKE) --no-print-directory pdf STAGE=$(STAGE) PDF=$(PDF) LATEX_OUT=$(LATEX_OUT) >$(PDF:.pdf=.build.txt) 2>&1 \
+	    || { tail -40 $(PDF:.pdf=.build.txt) >&2; exit 1; }; \
+	  $(PY) tools/pdf_check.py $(PDF) --log $(PDF:.pdf=.log); \
+	elif [ "$(CI)" = true ]; then \
+	  echo "pdf-check needs TeX Live and poppler (see .ci/run)" >&2; exit 1; \
+	else echo "pdf-check skipped: no TeX Live (apt-get install latexmk texlive-xetex texlive-latex-extra texlive-fonts-recommended fonts-freefont-otf poppler-utils)"; fi
 
 gpu-check: $(TEST_STAMP)
 	PYTHON=$(PY) bash tools/gpu_check.sh

@@ -1,0 +1,45 @@
+"""book/_ext/latex_glue.py: glued tables and equations become real tables and math in the PDF."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+
+import latex_glue  # noqa: E402
+
+
+@pytest.mark.parametrize("styled", [False, True])
+def test_table_rows_read_a_dataframe_and_a_styler_as_displayed(styled):
+    df = pd.DataFrame({"MSE": [0.1012313, 13.412574], "bias^2": [1e-3, 2e-3]}, index=["one head", "ensemble"])
+    shown = df.style.format("{:.3f}") if styled else df
+    rows = latex_glue.table_rows(shown.to_html())
+    heads = [cells for head, cells in rows if head]
+    body = [cells for head, cells in rows if not head]
+    assert heads and heads[0][-2:] == ["MSE", "bias^2"]
+    if styled:  # the Styler's formatting is what the PDF shows, not the raw floats
+        assert body == [["one head", "0.101", "0.001"], ["ensemble", "13.413", "0.002"]]
+    else:
+        assert body[0][0] == "one head" and body[0][1].startswith("0.1012")
+    assert len({len(cells) for _, cells in rows}) == 1  # every row as wide as the table
+
+
+def test_table_node_has_given_widths_and_header():
+    node = latex_glue.table_node([(True, ["a", "long column"]), (False, ["1", "x" * 100])])
+    assert "colwidths-given" in node["classes"]
+    widths = [c["colwidth"] for c in node.findall(latex_glue.nodes.colspec)]
+    assert widths == [4, 60]  # bounded below and above
+    assert node.astext().split()[:2] == ["a", "long"]
+
+
+def test_math_delimiters_and_output_wrapping():
+    assert latex_glue.strip_math_delimiters("$$\n\\frac{a}{b}\n$$") == "\\frac{a}{b}"
+    assert latex_glue.strip_math_delimiters("\\[x^2\\]") == "x^2"
+    assert latex_glue.strip_math_delimiters("x + y") == "x + y"
+    wrapped = latex_glue.wrap_lines("short\n" + "word " * 60, width=40)
+    assert all(len(line) <= 40 for line in wrapped.splitlines()) and wrapped.startswith("short\n")
+    assert wrapped.splitlines()[2].startswith("  ")  # continuation lines are indented
