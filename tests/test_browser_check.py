@@ -54,6 +54,15 @@ def fixture_book(tmp_path_factory) -> Path:
             "    fig, ax = plt.subplots(figsize=(2, 2)); ax.plot([0, 1], [1, 0]); glue_figure(name, fig); plt.close(fig)\n"
             "x = sp.Symbol('x'); glue_math('equation', sp.Eq(sp.Function('f')(x), sp.sqrt(x) / 2))"
         ),
+        nbformat.v4.new_code_cell(
+            "import altair as alt, pandas as pd\n"
+            "from nwlib.book import glue_chart\n"
+            "grid = pd.DataFrame([dict(h=h, x=x, y=x ** h) for h in (1, 2, 3) for x in (0, 0.5, 1)])\n"
+            "h = alt.param(value=1, bind=alt.binding_range(min=1, max=3, step=1, name='h'))\n"
+            "line = alt.Chart(grid).mark_line().encode(x='x:Q', y='y:Q').add_params(h).transform_filter(alt.datum.h == h)\n"
+            "glue_chart('chart', line, 'y = x^h for the chosen h')\n"
+            "glue_chart('static_chart', alt.Chart(grid).mark_point().encode(x='x:Q', y='y:Q'), 'every point')"
+        ),
     ]
     NotebookClient(
         nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(src / "notebooks")}}
@@ -80,6 +89,21 @@ def test_good_page_passes(fixture_book):
     (report,) = browser_check.check_pages(fixture_book, ["good.html"])
     assert report.ok, report.problems
     assert report.math_elements >= 3  # inline, display and the glued equation
+    assert report.charts == 1  # rendered, and its slider redrew it
+
+
+def test_fails_on_chart_without_control_or_without_vega(fixture_book):
+    found = problems(fixture_book, "broken_chart.html")
+    assert any("has no control" in p for p in found), found
+    # without the book's bundle the page falls back to the CDN, which the check never reaches
+    bundle = fixture_book / "_static" / "vega-bundle.js"
+    saved = bundle.read_bytes()
+    bundle.unlink()
+    try:
+        found = problems(fixture_book, "good.html")
+    finally:
+        bundle.write_bytes(saved)
+    assert any("did not render" in p for p in found), found
 
 
 def test_fails_on_unrendered_math(fixture_book):

@@ -120,7 +120,7 @@ def test_book_extra_adds_only_the_toolchain_to_the_notebooks_extra():
     notebooks = {canonicalize_name(r.name) for r in requirements("notebooks")}
     book = {canonicalize_name(r.name) for r in requirements("book")}
     assert notebooks < book
-    toolchain = {"jupyter-book", "sphinx-proof", "sphinx-exercise", "papermill", "ipykernel"}
+    toolchain = {"jupyter-book", "sphinx-proof", "sphinx-exercise", "papermill", "ipykernel", "vl-convert-python"}
     assert book - notebooks == toolchain and not (notebooks & toolchain)
 
 

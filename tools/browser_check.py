@@ -38,6 +38,7 @@ class PageReport:
     page: str
     problems: list[str] = field(default_factory=list)
     math_elements: int = 0
+    charts: int = 0
 
     @property
     def ok(self) -> bool:
@@ -93,9 +94,9 @@ PAGE_PROBE = """
   const pasted = [...article.querySelectorAll('.pasted-text')].map(e => e.textContent.trim());
   // What a cross-page {glue} directive can paste: an output image (myst-nb names it by its
   // SHA-256), an equation from nwlib.book.glue_math, a block from nwlib.book.glue_code, or an HTML
-  // table (pandas DataFrame or Styler).
+  // table (pandas DataFrame or Styler), or an interactive figure from nwlib.book.glue_chart.
   const pastedBlocks = [...article.querySelectorAll('img')].filter(i => /_images\\/[0-9a-f]{64}\\./.test(i.getAttribute('src') || '')).length
-      + article.querySelectorAll('.glued-math, .glued-code, table.dataframe, table[id^="T_"]').length;
+      + article.querySelectorAll('.glued-math, .glued-code, table.dataframe, table[id^="T_"], .nwlib-chart').length;
   // Literal roles left in prose mean MyST did not parse them; code listings may quote them.
   const prose = article.cloneNode(true);
   prose.querySelectorAll('pre, code, .highlight, .cell_input').forEach(e => e.remove());
@@ -157,6 +158,53 @@ def check_pages(
     return reports
 
 
+CHART_PROBE = """
+async () => {
+  const charts = [...document.querySelectorAll('.nwlib-chart')];
+  const problems = [];
+  for (const chart of charts) {
+    const svg = chart.querySelector('svg');
+    if (!svg || !svg.querySelector('path, rect, line, circle, text')) {
+      problems.push(`interactive figure ${chart.id} did not render`);
+      continue;
+    }
+    const controls = [...chart.querySelectorAll('.vega-bind input, .vega-bind select')];
+    if (!controls.length) { problems.push(`interactive figure ${chart.id} has no control`); continue; }
+    const before = svg.innerHTML;
+    const control = controls[0];
+    if (control.tagName === 'SELECT') {
+      control.selectedIndex = (control.selectedIndex + 1) % control.options.length;
+      control.dispatchEvent(new Event('change', {bubbles: true}));
+    } else if (control.type === 'checkbox' || control.type === 'radio') {
+      control.click();
+    } else {
+      control.value = control.value === control.max ? control.min : control.max;
+      control.dispatchEvent(new Event('input', {bubbles: true}));
+    }
+    await new Promise(r => setTimeout(r, 400));
+    if (chart.querySelector('svg').innerHTML === before) problems.push(`the control of ${chart.id} does not change it`);
+  }
+  return {count: charts.length, problems};
+}
+"""
+
+
+def _check_charts(page, timeout_ms: int) -> dict:
+    """Every interactive figure on the page renders, and its first control changes it."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    count = page.evaluate("() => document.querySelectorAll('.nwlib-chart').length")
+    if not count:
+        return {"count": 0, "problems": []}
+    try:
+        page.wait_for_function(
+            "n => document.querySelectorAll('.nwlib-chart svg').length >= n", arg=count, timeout=timeout_ms // 3
+        )
+    except PlaywrightTimeout:
+        pass  # reported by the probe
+    return page.evaluate(CHART_PROBE)
+
+
 def _check_one(browser, html_dir: Path, page_name: str, mathjax_dir, timeout_ms: int) -> PageReport:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -196,10 +244,13 @@ def _check_one(browser, html_dir: Path, page_name: str, mathjax_dir, timeout_ms:
             except PlaywrightTimeout:
                 pass  # reported below as unrendered math
         probe = page.evaluate(PAGE_PROBE)
+        charts = _check_charts(page, timeout_ms)
     finally:
         context.close()
 
     report.math_elements = probe["math"]
+    report.charts = charts["count"]
+    report.problems += charts["problems"]
     report.problems += [f"JavaScript error: {e}" for e in errors]
     report.problems += [f"missing resource: {m}" for m in missing]
     report.problems += [f"broken image: {img['src']}" for img in probe["images"] if not img["ok"]]

@@ -26,6 +26,7 @@ __all__ = [
     "FIGURE_STYLE",
     "Run",
     "glue",
+    "glue_chart",
     "glue_code",
     "glue_figure",
     "glue_math",
@@ -289,6 +290,89 @@ def glue_figure(name: str, figure: Any, directory: str | Path = "figures", dpi: 
     figure.savefig(path, dpi=dpi, bbox_inches="tight")
     glue(name, figure, display=True)
     return path
+
+
+class _GluedChart:
+    """An interactive Vega-Lite chart: rendered in the browser, no kernel needed.
+
+    The book's HTML pages load the Vega, Vega-Lite and Vega-Embed bundle from their own static
+    folder (``book/_ext/interactive.py`` writes it from ``vl_convert``, offline); a notebook
+    elsewhere (Jupyter, Colab) loads the same libraries from jsDelivr when the page has none.
+    """
+
+    CDN = (
+        "https://cdn.jsdelivr.net/npm/vega@6",
+        "https://cdn.jsdelivr.net/npm/vega-lite@6",
+        "https://cdn.jsdelivr.net/npm/vega-embed@7",
+    )
+
+    def __init__(self, name: str, spec: dict[str, Any], description: str) -> None:
+        self.name, self.spec, self.description = name, spec, description
+
+    def _repr_html_(self) -> str:
+        import html
+        import json
+
+        element = f"nwlib-chart-{self.name}"
+        spec = json.dumps(self.spec, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+        cdn = json.dumps(list(self.CDN))
+        return (
+            f'<div class="nwlib-chart" id="{element}" role="figure" aria-label="{html.escape(self.description)}">'
+            f"</div>\n<script>(function () {{\n"
+            f"  const spec = {spec};\n"
+            f"  function draw() {{ window.vegaEmbed('#{element}', spec, {{actions: false, renderer: 'svg'}})"
+            f".catch(console.error); }}\n"
+            f"  if (window.vegaEmbed) {{ draw(); return; }}\n"
+            f"  if (document.querySelector('script[data-nwlib-vega]')) {{\n"
+            f"    document.addEventListener('nwlib-vega-ready', draw); return; }}\n"
+            f"  const urls = {cdn};\n"
+            f"  (function load(i) {{\n"
+            f"    if (i === urls.length) {{ document.dispatchEvent(new Event('nwlib-vega-ready')); draw(); return; }}\n"
+            f"    const s = document.createElement('script'); s.src = urls[i]; s.dataset.nwlibVega = '1';\n"
+            f"    s.onload = () => load(i + 1); document.head.appendChild(s);\n"
+            f"  }})(0);\n"
+            f"}})();</script>"
+        )
+
+    def __repr__(self) -> str:
+        return f"[interactive figure {self.name}: {self.description}]"
+
+
+def glue_chart(name: str, chart: Any, description: str) -> None:
+    """Glue an interactive figure (an Altair chart or a Vega-Lite spec) and show it.
+
+    The chart is built in the notebook from a precomputed grid (its data travel inside the spec)
+    and runs in the reader's browser: sliders and selections need no kernel. Chapter pages paste
+    it inside ``{only} html`` with the ``{glue}`` directive; the PDF shows the chapter's static
+    figure instead.
+
+    Parameters
+    ----------
+    name : str
+        Glue key (also the element's id on the page).
+    chart : altair.Chart or dict
+        The chart, or its Vega-Lite specification (``chart.to_dict()``).
+    description : str
+        One sentence for screen readers and for the text representation.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not an identifier-like key or ``description`` is empty.
+    TypeError
+        If ``chart`` is neither an Altair chart nor a dict.
+    """
+    if not isinstance(name, str) or not name.replace("-", "_").isidentifier():
+        raise ValueError(f"name must be a key of letters, digits, _ or -, got {name!r}")
+    if not isinstance(description, str) or not description.strip():
+        raise ValueError("description must say what the figure shows")
+    if isinstance(chart, dict):
+        spec = chart
+    elif hasattr(chart, "to_dict"):
+        spec = chart.to_dict()
+    else:
+        raise TypeError(f"chart must be an Altair chart or a Vega-Lite dict, got {type(chart).__name__}")
+    glue(name, _GluedChart(name, spec, description.strip()), display=True)
 
 
 class _GluedCode:
