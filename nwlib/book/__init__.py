@@ -71,7 +71,8 @@ def _apply_figure_style() -> None:
         return
     from cycler import cycler  # a dependency of matplotlib
 
-    mpl.rcParams.update(FIGURE_STYLE)
+    for key, value in FIGURE_STYLE.items():
+        mpl.rcParams[key] = value  # type: ignore[index]  # keys are checked by matplotlib at run time
     mpl.rcParams["axes.prop_cycle"] = cycler(color=list(FIGURE_COLOURS))
 
 
