@@ -103,3 +103,22 @@ def test_start_applies_the_book_figure_style():
         assert min(mpl.rcParams[k] for k in ("xtick.labelsize", "ytick.labelsize", "legend.fontsize")) >= 10
         assert mpl.rcParams["axes.prop_cycle"].by_key()["color"] == list(FIGURE_COLOURS)
         assert mpl.rcParams["savefig.facecolor"] == "white" and not mpl.rcParams["savefig.transparent"]
+
+
+@pytest.mark.parametrize(
+    "value, se, expected",
+    [
+        (0.1012313, 0.0031, "0.1012 ± 0.0031"),
+        (0.5, 0.25, "0.50 ± 0.25"),
+        (-1e-9, 1e-3, "0.0000 ± 0.0010"),
+        (2.0, 0.0, "2"),
+        (3.14159, float("nan"), "3.142"),
+        (-0.123456, 0.0099, "-0.1235 ± 0.0099"),
+    ],
+)
+def test_with_se_rounds_to_the_standard_error(value, se, expected):
+    from nwlib.book import with_se
+
+    assert with_se(value, se) == expected
+    with pytest.raises(ValueError, match="digits"):
+        with_se(value, se, digits=0)

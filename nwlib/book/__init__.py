@@ -32,6 +32,7 @@ __all__ = [
     "glue_math",
     "glue_values",
     "glue_verdict",
+    "with_se",
     "setup",
     "start",
 ]
@@ -506,6 +507,47 @@ def glue_verdict(verdict: Any, *, verify_text: bool = False) -> None:
     print(f"{verdict.claim}: {verdict.text()}")
     for r in readings:
         print(f"  reading {r.text()}")
+
+
+def with_se(value: float, se: float, *, digits: int = 2) -> str:
+    """An estimate and its standard error, the estimate rounded where the error makes it uncertain.
+
+    The standard error keeps ``digits`` significant digits and the estimate is rounded to the same
+    decimal place, so a table shows no digit that the Monte Carlo error makes meaningless (and no
+    "-0.000"). The book's tables use it for every Monte Carlo column.
+
+    Parameters
+    ----------
+    value, se : float
+        The estimate and its standard error (``se`` ≥ 0; 0 or NaN prints the value to 4 significant digits).
+    digits : int, default 2
+        Significant digits of the standard error.
+
+    Examples
+    --------
+    >>> with_se(0.1012313, 0.0031)
+    '0.1012 ± 0.0031'
+    >>> with_se(13.412574, 0.42)
+    '13.41 ± 0.42'
+    >>> with_se(-0.00004, 0.0012)
+    '0.0000 ± 0.0012'
+    >>> with_se(1234.7, 56.0)
+    '1235 ± 56'
+    """
+    import math
+
+    value, se = float(value), float(se)
+    if not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"digits must be a positive int, got {digits!r}")
+    if not math.isfinite(value):
+        return str(value)
+    if not math.isfinite(se) or se <= 0:
+        return f"{value:.4g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(se)))
+    shown = round(value, decimals)
+    if shown == 0:
+        shown = 0.0  # no "-0.000"
+    return f"{shown:.{decimals}f} ± {se:.{decimals}f}"
 
 
 def _or_list(labels: Any) -> str:
