@@ -497,8 +497,8 @@ class Findings:
             raise TypeError("statement must be a non-empty string: the sentence the book states")
         profiles = PROFILES if profiles is None else tuple(profiles)
         unknown = [p for p in profiles if p not in PROFILES]
-        if unknown or not profiles:
-            raise ValueError(f"profiles must be a non-empty subset of {PROFILES}, got {profiles}")
+        if unknown:  # () is allowed: reported under every profile, asserted under none
+            raise ValueError(f"profiles must be a subset of {PROFILES}, got {profiles}")
         self._findings[name] = Finding(
             name, statement.strip(), tuple(tests), self.profile in profiles, profiles, fact=fact, hypothesis=hypothesis
         )
@@ -519,7 +519,8 @@ class Findings:
             One estimate, or several that must all exceed ``than`` (intersection-union test).
         than : float, default 0
         profiles : sequence of str, optional
-            Where the finding is asserted (default: every profile).
+            Where the finding is asserted (default: every profile; ``()``: reported everywhere,
+            asserted nowhere, for a statement no profile is sized to decide or one the data may contradict).
         """
         bound, cs = _real(than, "than"), _tests(comparisons, "comparisons")
         self._add(

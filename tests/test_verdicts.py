@@ -174,3 +174,32 @@ def test_readings_rejects_bad_input():
         Reading("a", "s", ())
     with pytest.raises(TypeError, match="statement"):
         Reading("a", " ", (Case("x", True),))
+
+
+def test_untestable_reading_is_not_testable_whatever_its_cases():
+    analogy = Reading(
+        "analogy",
+        "three systems share one principle",
+        (Case("identity", True, could_fail=False),),
+        charitable=True,
+        testable=False,
+    )
+    bare = Reading("analogy, no case", "as summarised", (), testable=False)
+    v = judge_readings("C12", [analogy, bare, _reading("law", False)], reason="r")
+    assert v.label == "not testable as stated" and v.possible == ("not testable as stated",) and not v.decisive
+    assert [r.label for r in v.readings] == ["not testable as stated"] * 2 + ["not reproduced as stated"]
+    with pytest.raises(TypeError, match="non-empty for a testable"):
+        Reading("empty", "s", ())
+    with pytest.raises(TypeError, match="testable"):
+        Reading("x", "s", (), testable="no")
+
+
+def test_finding_with_no_profile_is_reported_everywhere_asserted_nowhere():
+    from nwlib.evidence import Findings, estimate
+
+    for profile in ("quick", "standard", "full"):
+        f = Findings("ch99", profile=profile)
+        f.greater("expected_to_fail", "a gain the data may contradict", estimate(-1.0, 0.1), profiles=())
+        f.decide()
+        assert not f["expected_to_fail"].asserted and not f.holds("expected_to_fail")
+        f.check()  # a failing finding that no profile asserts does not stop the notebook

@@ -335,6 +335,10 @@ class Reading:
         The paper's conditions under this reading (see :func:`judge`).
     charitable : bool, default False
         Whether this is the charitable reading.
+    testable : bool, default True
+        False for a reading too vague to be checked, or an analogy: it is labelled "not testable
+        as stated" whatever its cases (which may then be empty) say, and could not be labelled
+        otherwise.
     """
 
     name: str
@@ -342,15 +346,18 @@ class Reading:
     cases: tuple[Case, ...]
     conditions: Mapping[str, Iterable[str]] = field(default_factory=dict)
     charitable: bool = False
+    testable: bool = True
 
     def __post_init__(self) -> None:
         for attribute in ("name", "statement"):
             value = getattr(self, attribute)
             if not isinstance(value, str) or not value.strip():
                 raise TypeError(f"{attribute} must be a non-empty string, got {value!r}")
+        if not isinstance(self.testable, bool):
+            raise TypeError(f"testable must be a bool, got {type(self.testable).__name__}")
         cases = tuple(self.cases)
-        if not cases or not all(isinstance(c, Case) for c in cases):
-            raise TypeError("cases must be a non-empty sequence of Case")
+        if (self.testable and not cases) or not all(isinstance(c, Case) for c in cases):
+            raise TypeError("cases must be a sequence of Case, non-empty for a testable reading")
         object.__setattr__(self, "cases", cases)
         if not isinstance(self.conditions, Mapping):
             raise TypeError(f"conditions must be a mapping, got {type(self.conditions).__name__}")
@@ -438,6 +445,9 @@ def judge_readings(claim: str, readings: Iterable[Reading], *, reason: str) -> V
         raise ValueError(f"exactly one reading must be charitable, got {len(charitable)}")
     outcomes = []
     for r in readings:
+        if not r.testable:
+            outcomes.append(ReadingVerdict(r.name, r.statement, r.charitable, NOT_TESTABLE, (NOT_TESTABLE,)))
+            continue
         v = judge(claim, r.cases, conditions=r.conditions, reason=reason)
         outcomes.append(ReadingVerdict(r.name, r.statement, r.charitable, v.label, v.possible))
     chosen = next(o for o in outcomes if o.charitable)
