@@ -10,11 +10,20 @@ notebook; only the two sides of C2 are built here (:func:`symbolic_multihead`).
   :func:`circle_weights` checks that for keys of equal norm the attention weights are the
   Gaussian-kernel weights with :math:`\sigma = d_k^{1/4}` (and, for unequal norms, the Gaussian
   weights tilted by :math:`\exp(\lVert k\rVert^2/(2\sigma^2))`).
-* C2, multi-head attention is :math:`b_O + \sum_h \alpha_h \hat f_h`: :func:`symbolic_multihead`
-  builds both sides in sympy for the notebook's derivation; :func:`random_attention` and
-  :func:`mha_agreement` compare :class:`nwlib.MultiHeadNW` and the explicit ensemble sum with
-  ``torch.nn.MultiheadAttention``; :func:`null_space_change` moves the keys along the null space
-  of one head's key projection.
+* C1's readings of "bandwidth 1/√d_k": :func:`xspace_gaussian_gap` (is the kernel an isotropic
+  Gaussian kernel in the LayerNorm'd tokens? Not for W_Q ≠ W_K) and :func:`qk_norm_smoothing`
+  (a QK-normalised head, where the kernel is Gaussian on the sphere, smoothing a regression
+  function with its temperature chosen on validation data; :func:`fraction_removed` of the zero
+  predictor's error).
+* C2, multi-head attention is :math:`c + \sum_h W_O^h \hat f_h` with every bias
+  (chapter 1, ``prop-mha-ensemble``): :func:`symbolic_multihead` builds both sides in sympy for the
+  notebook's derivation, with the forms that drop the query bias or the value bias's constant;
+  :func:`head_estimates` and :func:`bias_form` write the proposition out from a
+  ``torch.nn.MultiheadAttention``'s weights and :func:`mha_bias_check` compares it with the module;
+  :func:`random_attention` and :func:`mha_agreement` compare :class:`nwlib.MultiHeadNW` and the
+  explicit ensemble sum with ``torch.nn.MultiheadAttention``; :func:`null_space_change` moves the
+  keys along the null space of one head's key projection; :func:`scalar_weights_check` tests the
+  reading with scalar head weights.
 * One head as a kernel smoother in one dimension, :math:`y = \sin(2\pi x) + \varepsilon`
   (:func:`sine_target`): :func:`smoother_demo` (fits, one query's weights, effective numbers of
   points) and the Monte Carlo bias–variance study :func:`mise_study` (MISE split exactly into
@@ -57,21 +66,31 @@ __all__ = [
     "CircleWeights",
     "CvStudy",
     "MiseStudy",
+    "QkSmoothing",
+    "ScalarWeights",
     "SmootherDemo",
     "SymbolicMultihead",
+    "XSpaceGap",
+    "bias_form",
     "circle_weights",
     "cv_study",
     "float64_device",
+    "fraction_removed",
+    "head_estimates",
     "mha_agreement",
+    "mha_bias_check",
     "mise_comparisons",
     "mise_study",
     "mise_table",
     "null_space_change",
+    "qk_norm_smoothing",
     "random_attention",
+    "scalar_weights_check",
     "sine_target",
     "smoother_demo",
     "symbolic_multihead",
     "torch_agreement",
+    "xspace_gaussian_gap",
 ]
 
 DTYPES: dict[str, torch.dtype] = {"f32": torch.float32, "f64": torch.float64}
@@ -391,16 +410,482 @@ def null_space_change(
     return (after - before).abs().amax(dim=(0, 2, 3))
 
 
+# --- C2 with every bias, and the scalar-weights reading --------------------------------------
+
+
+def _in_proj(mha: torch.nn.MultiheadAttention) -> tuple[Tensor, ...]:
+    """W_Q, W_K, W_V (E, E) and b_Q, b_K, b_V (E,) of ``mha`` (zeros where it has no bias)."""
+    if not isinstance(mha, torch.nn.MultiheadAttention):
+        raise TypeError(f"mha must be a torch.nn.MultiheadAttention, got {type(mha).__name__}")
+    if mha.in_proj_weight is None or mha.bias_k is not None or mha.add_zero_attn:
+        raise ValueError("mha must use one input projection (kdim = vdim = embed_dim), no add_bias_kv or add_zero_attn")
+    if mha.batch_first is not False:
+        raise ValueError("mha must be sequence-first (batch_first=False)")
+    w_q, w_k, w_v = mha.in_proj_weight.detach().chunk(3)
+    bias = mha.in_proj_bias
+    b_q, b_k, b_v = (bias.detach() if bias is not None else torch.zeros_like(mha.in_proj_weight[:, 0])).chunk(3)
+    return w_q, w_k, w_v, b_q, b_k, b_v
+
+
+def head_estimates(
+    mha: torch.nn.MultiheadAttention,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    query_bias: bool = True,
+    key_bias: bool = False,
+) -> Tensor:
+    r"""Each head's NW estimate :math:`\hat f_h(x) = \sum_i w_{hi}(x)\, W_V^{h\top} x_i'`, without the value bias.
+
+    The weights are :math:`w_{hi}(x) = \operatorname{softmax}_i\big((W_Q^{h\top} x + b_Q^h)^\top
+    (W_K^{h\top} x_i + b_K^h)/\sqrt{d_h}\big)`, written out from ``mha``'s weights (not through
+    PyTorch's attention); ``query_bias=False`` drops :math:`b_Q^h`, ``key_bias=False`` (the
+    default) drops :math:`b_K^h`, which changes nothing (chapter 1, ``prop-mha-ensemble``).
+
+    Parameters
+    ----------
+    mha : torch.nn.MultiheadAttention
+        Sequence-first, one input projection (no ``kdim``/``vdim``, ``add_bias_kv`` or ``add_zero_attn``).
+    query : Tensor, shape (L, N, E)
+    key, value : Tensor, shape (S, N, E)
+    query_bias, key_bias : bool, default True, False
+
+    Returns
+    -------
+    Tensor, shape (N, H, L, d_h)
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``mha`` is not such a module, or an input is not a (·, N, E) floating tensor.
+    """
+    w_q, w_k, w_v, b_q, b_k, b_v = _in_proj(mha)
+    for name, t in {"query": query, "key": key, "value": value}.items():
+        require_tensor(t, name)
+        if t.dim() != 3 or t.shape[-1] != mha.embed_dim:
+            raise ValueError(f"{name} must have shape (length, batch, {mha.embed_dim}), got {tuple(t.shape)}")
+    for flag, name in ((query_bias, "query_bias"), (key_bias, "key_bias")):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    heads, dh = mha.num_heads, mha.embed_dim // mha.num_heads
+
+    def split(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:  # (len, N, E) -> (N, H, len, dh)
+        y = x @ w.T + (b if b is not None else 0)
+        return y.reshape(x.shape[0], x.shape[1], heads, dh).permute(1, 2, 0, 3)
+
+    q = split(query, w_q, b_q if query_bias else None)
+    k = split(key, w_k, b_k if key_bias else None)
+    v = split(value, w_v, None)
+    return torch.softmax(q @ k.mT / math.sqrt(dh), dim=-1) @ v
+
+
+def bias_form(
+    mha: torch.nn.MultiheadAttention,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    query_bias: bool = True,
+    key_bias: bool = False,
+    value_constant: bool = True,
+) -> Tensor:
+    r"""The right-hand side of chapter 1's ``prop-mha-ensemble``: :math:`c + \sum_h W_O^h \hat f_h(x)`.
+
+    :math:`c = b_O + \sum_h W_O^h b_V^h` and :math:`\hat f_h` from :func:`head_estimates`. With the
+    defaults this equals ``mha(query, key, value)`` (eval mode); ``query_bias=False`` or
+    ``value_constant=False`` give the forms that drop a bias term, which differ from it.
+
+    Parameters
+    ----------
+    mha, query, key, value, query_bias, key_bias
+        As :func:`head_estimates`.
+    value_constant : bool, default True
+        Add :math:`\sum_h W_O^h b_V^h`.
+
+    Returns
+    -------
+    Tensor, shape (L, N, E)
+        Sequence-first, as ``mha`` returns it.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`head_estimates`, or if ``value_constant`` is not a bool.
+    """
+    if not isinstance(value_constant, bool):
+        raise TypeError(f"value_constant must be a bool, got {type(value_constant).__name__}")
+    f_h = head_estimates(mha, query, key, value, query_bias=query_bias, key_bias=key_bias)  # (N, H, L, dh)
+    _, _, _, _, _, b_v = _in_proj(mha)
+    heads, dh = mha.num_heads, mha.embed_dim // mha.num_heads
+    w_o, b_o = mha.out_proj.weight.detach(), mha.out_proj.bias
+    out = (b_o.detach() if b_o is not None else torch.zeros_like(w_o[:, 0])).expand(f_h.shape[0], f_h.shape[2], -1)
+    for hh in range(heads):
+        block = w_o[:, hh * dh : (hh + 1) * dh]
+        out = out + f_h[:, hh] @ block.T
+        if value_constant:
+            out = out + b_v[hh * dh : (hh + 1) * dh] @ block.T
+    return out.transpose(0, 1)
+
+
+def mha_bias_check(
+    embed_dim: int, num_heads: int, *, seed: int, device: torch.device | str = "cpu"
+) -> dict[str, float]:
+    r"""The corrected C2 proposition against ``torch.nn.MultiheadAttention`` with every bias non-zero, in float64.
+
+    :func:`random_attention` with ``seed`` (non-zero ``in_proj_bias`` and ``out_proj.bias``,
+    independent W_Q and W_K), then :func:`bias_form` with each bias term kept or dropped.
+
+    Parameters
+    ----------
+    embed_dim, num_heads : int
+    seed : int
+    device : torch.device or str, default "cpu"
+
+    Returns
+    -------
+    dict of str to float
+        Largest absolute differences from ``mha``'s output: ``bias_form_vs_torch`` (the
+        proposition), ``key_bias_vs_torch`` (with b_K in the kernel as well), ``without_query_bias``
+        (b_Q dropped from the kernel) and ``without_value_constant`` (the constant dropped); and
+        ``value_constant_size``, the largest entry of :math:`\lvert\sum_h W_O^h b_V^h\rvert`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If a size is not a positive int or ``num_heads`` does not divide ``embed_dim``.
+    """
+    _check_heads(embed_dim, num_heads)
+    case = random_attention(embed_dim, num_heads, seed=seed, dtype=torch.float64, device=device)
+    args = (case.mha, case.query, case.key, case.value)
+    with torch.no_grad():
+        torch_out = case.mha(*args[1:], need_weights=False)[0]
+        forms = {
+            "bias_form_vs_torch": bias_form(*args),
+            "key_bias_vs_torch": bias_form(*args, key_bias=True),
+            "without_query_bias": bias_form(*args, query_bias=False),
+            "without_value_constant": bias_form(*args, value_constant=False),
+        }
+        out = {name: _max_abs(form, torch_out) for name, form in forms.items()}
+        _, _, _, _, _, b_v = _in_proj(case.mha)
+        out["value_constant_size"] = float((case.mha.out_proj.weight.detach() @ b_v).abs().max())
+    return out
+
+
+@dataclass(frozen=True)
+class ScalarWeights:
+    r"""The reading of C2 with scalar head weights, :math:`\mathrm{MHA}(x) = c + \sum_h \alpha_h \hat f_h(x)`.
+
+    :math:`\hat f_h` is head h's own NW estimate (its values, then one read-out map common to
+    all heads): :func:`scalar_weights_check`.
+    """
+
+    width_one_gap: float
+    r"""Heads of width 1 read out by one vector u: max |u·MHA(x) − u·b_O − Σ_h α_h \hat f_h(x)|, α_h = u·W_O^h."""
+    proportional_gap: float
+    r"""Output blocks W_O^h = α_h P: max |MHA(x) − b_O − Σ_h α_h P \hat f_h(x)| (value bias included)."""
+    excluded_share: float
+    r"""PyTorch's MHA with random W_O: a lower bound on the share of the output's variance no scalar form reproduces."""
+    rank_one_share: float
+    """The share the closest scalar form (rank-one blocks, best constant) leaves unexplained: an upper bound."""
+    cov_condition: float
+    """The condition number of Cov g in the third case: how much rounding in the bound is amplified."""
+
+
+def scalar_weights_check(
+    embed_dim: int, num_heads: int, *, seed: int, device: torch.device | str = "cpu"
+) -> ScalarWeights:
+    r"""When is multi-head attention a sum of its heads' own estimates with *scalar* weights?
+
+    Write :math:`g_h(x) = \hat f_h(x) + b_V^h` (head h's output) and :math:`g = [g_1; \dots; g_H]`.
+    Then :math:`\mathrm{MHA}(x) = b_O + W_O g(x)`, and a scalar form
+    :math:`c' + P\sum_h \alpha_h g_h(x)` (one read-out map P for all heads) has output blocks
+    :math:`\alpha_h P`. Three cases, each from :func:`random_attention` (float64) with its own seed
+    offset: heads of width 1 (E = H) read out by a vector u, where :math:`\alpha_h = u^\top W_O^h`
+    is a scalar and the form is exact; blocks set to :math:`\alpha_h P`, exact again; and
+    PyTorch's MHA with random :math:`W_O`, where for any scalar form the mean squared residual over
+    the queries is at least :math:`\lambda_{\min}(\operatorname{Cov} g)\sum_{k\ge 2}\sigma_k^2`,
+    :math:`\sigma_k` the singular values of the H × (E·d_h) matrix whose rows are the
+    :math:`\operatorname{vec} W_O^h` (the distance of the blocks from rank-one ones).
+
+    Parameters
+    ----------
+    embed_dim, num_heads : int
+        E and H of the second and third cases (H dividing E, d_h = E/H ≥ 1); the first has E = H.
+    seed : int
+    device : torch.device or str, default "cpu"
+
+    Returns
+    -------
+    ScalarWeights
+
+    Raises
+    ------
+    TypeError, ValueError
+        If a size is not a positive int or ``num_heads`` does not divide ``embed_dim``.
+    """
+    _check_heads(embed_dim, num_heads)
+    _seed(seed)
+    e, heads = embed_dim, num_heads
+    dh = e // heads
+    with torch.no_grad():
+        # 1. heads of width 1 and a scalar read-out u
+        c1 = random_attention(heads, heads, seed=seed, device=device)
+        gen = torch.Generator(device=c1.query.device).manual_seed(seed)
+        u = _randn(heads, dtype=torch.float64, generator=gen)
+        _, _, _, _, _, b_v1 = _in_proj(c1.mha)
+        own = head_estimates(c1.mha, c1.query, c1.key, c1.value)[..., 0] + b_v1[None, :, None]  # (N, H, L)
+        alpha = u @ c1.mha.out_proj.weight  # (H,) scalars
+        form = u @ c1.mha.out_proj.bias + torch.einsum("h,nhl->ln", alpha, own)
+        width_one_gap = _max_abs(c1.mha(c1.query, c1.key, c1.value, need_weights=False)[0] @ u, form)
+        # 2. proportional output blocks alpha_h P
+        c2 = random_attention(e, heads, seed=seed + 1, device=device)
+        alpha = _randn(heads, dtype=torch.float64, generator=gen)
+        p = _randn(e, dh, dtype=torch.float64, generator=gen) / math.sqrt(dh)
+        c2.mha.out_proj.weight.copy_(torch.cat([a * p for a in alpha], dim=1))
+        _, _, _, _, _, b_v2 = _in_proj(c2.mha)
+        own = head_estimates(c2.mha, c2.query, c2.key, c2.value) + b_v2.reshape(heads, 1, dh)  # (N, H, L, dh)
+        form = c2.mha.out_proj.bias + torch.einsum("h,nhld->nld", alpha, own) @ p.T
+        proportional_gap = _max_abs(c2.mha(c2.query, c2.key, c2.value, need_weights=False)[0], form.transpose(0, 1))
+        # 3. PyTorch's MHA with random W_O: the distance from every scalar form
+        c3 = random_attention(e, heads, seed=seed + 2, device=device, target_len=8 * e)
+        torch_out = c3.mha(c3.query, c3.key, c3.value, need_weights=False)[0].reshape(-1, e)  # (L·N, E)
+        _, _, _, _, _, b_v3 = _in_proj(c3.mha)
+        own = head_estimates(c3.mha, c3.query, c3.key, c3.value) + b_v3.reshape(heads, 1, dh)
+        g = own.permute(2, 0, 1, 3).reshape(-1, e)  # (L·N, E): the concatenated heads, query-major
+        w_o = c3.mha.out_proj.weight
+        blocks = torch.stack([w_o[:, hh * dh : (hh + 1) * dh].reshape(-1) for hh in range(heads)])  # (H, E·dh)
+        sv = torch.linalg.svdvals(blocks)
+        cov_g = torch.cov(g.T, correction=0)
+        total = torch.cov(torch_out.T, correction=0).trace()
+        eig = torch.linalg.eigvalsh(cov_g)
+        excluded = eig[0].clamp(min=0) * sv[1:].pow(2).sum() / total
+        uu, ss, vv = torch.linalg.svd(blocks, full_matrices=False)
+        rank_one = (ss[0] * uu[:, :1] @ vv[:1]).reshape(heads, e, dh)
+        w_one = torch.cat(list(rank_one), dim=1)  # (E, E): blocks alpha_h P
+        resid = torch_out - g @ w_one.T
+        rank_one_share = torch.cov(resid.T, correction=0).trace() / total
+    condition = float(eig[-1] / eig[0]) if eig[0] > 0 else math.inf
+    return ScalarWeights(width_one_gap, proportional_gap, float(excluded), float(rank_one_share), condition)
+
+
+# --- C1: in what sense 1/sqrt(d_k) is a bandwidth --------------------------------------------
+
+
+@dataclass(frozen=True)
+class XSpaceGap:
+    """Attention weights against isotropic Gaussian-kernel weights in the token space (:func:`xspace_gaussian_gap`)."""
+
+    bandwidths: tuple[float, ...]
+    """The Gaussian bandwidths σ tried (the grid, then 1/√d_k and d_k^(1/4))."""
+    distance: Tensor
+    """(B,) float64: mean over queries of the total-variation distance between the two weight vectors."""
+    best: float
+    """The smallest distance over the bandwidths."""
+    at_inverse_root: float
+    """The distance at σ = 1/√d_k."""
+    identity_gap: float
+    """W_Q = W_K = I (d_k = D), tokens scaled to norm exactly √D: max |attention − Gaussian weights, σ = D^(1/4)|."""
+
+
+def xspace_gaussian_gap(
+    embed_dim: int,
+    head_dim: int,
+    n_keys: int,
+    n_queries: int,
+    bandwidths: Sequence[float],
+    *,
+    seed: int,
+    device: torch.device | str = "cpu",
+) -> XSpaceGap:
+    r"""Is a head's kernel a Gaussian kernel in the token space x, with bandwidth set by 1/√d_k?
+
+    Tokens as transformers see them: :math:`x = \mathrm{LayerNorm}(z)` (no affine part),
+    :math:`z \sim N(0, I_D)`, so :math:`\lVert x\rVert = \sqrt D` for every token. One generator
+    seeded with ``seed`` draws, in float64: the key tokens, the query tokens, then
+    :math:`W_Q` and :math:`W_K` (independent, D × d_k, entries N(0, 1/D)). The head's weights
+    :math:`\operatorname{softmax}_i(\langle W_Q^\top x, W_K^\top x_i\rangle/\sqrt{d_k})` are compared
+    with the Gaussian weights :math:`\operatorname{softmax}_i(-\lVert x - x_i\rVert^2/(2\sigma^2))`
+    for each σ of ``bandwidths`` and for :math:`\sigma = 1/\sqrt{d_k}` and :math:`d_k^{1/4}`.
+    With :math:`W_Q = W_K = I` and the tokens scaled to norm exactly :math:`\sqrt D` (LayerNorm's
+    ε makes the norms differ by about ε), the two coincide at :math:`\sigma = D^{1/4}`: the special
+    case reported as :attr:`XSpaceGap.identity_gap`.
+
+    Parameters
+    ----------
+    embed_dim, head_dim : int
+        D and d_k.
+    n_keys, n_queries : int
+    bandwidths : sequence of float
+        The grid of σ (finite, > 0).
+    seed : int
+    device : torch.device or str, default "cpu"
+
+    Returns
+    -------
+    XSpaceGap
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad size, bandwidth or seed.
+    """
+    sizes = {"embed_dim": embed_dim, "head_dim": head_dim, "n_keys": n_keys, "n_queries": n_queries}
+    for name, value in sizes.items():
+        require_positive_int(value, name)
+    bws = _bandwidths(bandwidths) + [head_dim**-0.5, head_dim**0.25]
+    _, dev64 = _devices(device)
+    gen = torch.Generator(device=dev64).manual_seed(_seed(seed))
+    d = embed_dim
+
+    def tokens(n: int) -> Tensor:
+        return F.layer_norm(_randn(n, d, dtype=torch.float64, generator=gen), (d,))
+
+    keys, queries = tokens(n_keys), tokens(n_queries)
+    w_q, w_k = (_randn(d, head_dim, dtype=torch.float64, generator=gen) / math.sqrt(d) for _ in range(2))
+    attention = torch.softmax((queries @ w_q) @ (keys @ w_k).T / math.sqrt(head_dim), dim=-1)
+    sq_dist = torch.cdist(queries, keys).pow(2)
+    distance = torch.stack(
+        [0.5 * (attention - torch.softmax(-sq_dist / (2 * s**2), dim=-1)).abs().sum(-1).mean() for s in bws]
+    )
+    # W_Q = W_K = I on tokens of norm exactly sqrt(D) (LayerNorm without its epsilon): a Gaussian kernel in x
+    q_eq, k_eq = (math.sqrt(d) * F.normalize(t, dim=-1) for t in (queries, keys))
+    identity = torch.softmax(q_eq @ k_eq.T / math.sqrt(d), dim=-1)
+    gauss_identity = torch.softmax(-torch.cdist(q_eq, k_eq).pow(2) / (2 * math.sqrt(d)), dim=-1)
+    return XSpaceGap(
+        tuple(bws), distance, float(distance.min()), float(distance[-2]), _max_abs(identity, gauss_identity)
+    )
+
+
+@dataclass(frozen=True)
+class QkSmoothing:
+    """A QK-normalised head as a smoother of a regression function (:func:`qk_norm_smoothing`), float64."""
+
+    temperatures: tuple[float, ...]
+    """(T,) the temperatures τ of the sweep, ascending."""
+    val_loss: Tensor
+    """(R, T) mean squared error against the noisy validation responses (what a user can compute)."""
+    test_ise: Tensor
+    """(R, T) mean of (estimate − f)² over the test queries."""
+    selected: Tensor
+    """(R,) the index of τ with the smallest validation loss, per replicate."""
+    selected_ise: Tensor
+    """(R,) the test error at each replicate's selected τ."""
+    zero_mse: Tensor
+    """(R,) mean of f² over the test queries: the zero predictor's error."""
+    gaussian_gap: float
+    """max |cosine_attention − Gaussian-kernel NW with σ = √τ on the normalised queries and keys| (float64)."""
+
+
+def qk_norm_smoothing(
+    n_train: int,
+    n_eval: int,
+    embed_dim: int,
+    head_dim: int,
+    temperatures: Sequence[float],
+    replicates: int,
+    noise_sd: float,
+    *,
+    seed: int,
+    device: torch.device | str = "cpu",
+    query_shift: float = 0.3,
+) -> QkSmoothing:
+    r"""One attention head where its kernel can smooth: QK-normalised, on LayerNorm'd tokens.
+
+    Tokens :math:`x = \mathrm{LayerNorm}(z)`, :math:`z \sim N(0, I_D)`; one head with
+    :math:`W_K` (D × d_k, entries N(0, 1/D)) and :math:`W_Q = W_K + s\,G` (``query_shift`` s, G
+    independent with entries N(0, 1/D), so :math:`W_Q \ne W_K`); responses
+    :math:`y = f(x) + \sigma_\varepsilon \varepsilon` with :math:`f(x) = \sin(\pi\langle a, \hat k(x)\rangle)`,
+    :math:`\hat k(x) = W_K^\top x/\lVert W_K^\top x\rVert` and a in the unit sphere of
+    :math:`\mathbb R^{d_k}` (our choice: a function of what the head sees). Each replicate draws
+    training, validation and test tokens and noise; the estimate is
+    ``cosine_attention(W_Q^T x, W_K^T x_i, y_i, temperature=τ)`` for every τ (common random
+    numbers across τ). τ is selected per replicate on the validation responses, and scored on the
+    test queries against f. One generator seeded with ``seed`` on the float64 device draws, in
+    float64: W_K, G and a, then per replicate the training, validation and test z, then the
+    training noise, then the validation noise.
+
+    Parameters
+    ----------
+    n_train, n_eval : int
+        Training points, and queries in each of the validation and test sets.
+    embed_dim, head_dim : int
+        D and d_k.
+    temperatures : sequence of float
+        The sweep (finite, > 0), sorted ascending here.
+    replicates : int
+        R (>= 2).
+    noise_sd : float
+        σ_ε (finite, >= 0).
+    seed : int
+    device : torch.device or str, default "cpu"
+    query_shift : float, default 0.3
+        s (finite, >= 0).
+
+    Returns
+    -------
+    QkSmoothing
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad size, temperature, noise level or shift (named in the message).
+    """
+    from ..kernels import cosine_attention
+
+    sizes = {"n_train": n_train, "n_eval": n_eval, "embed_dim": embed_dim, "head_dim": head_dim}
+    for name, value in sizes.items():
+        require_positive_int(value, name)
+    require_positive_int(replicates, "replicates", minimum=2)
+    if isinstance(temperatures, (str, bytes)) or not isinstance(temperatures, (Sequence, np.ndarray)):
+        raise TypeError(f"temperatures must be a sequence of numbers, got {type(temperatures).__name__}")
+    taus = sorted(require_real(t, "temperatures", minimum=0.0, strict_minimum=True) for t in temperatures)
+    if not taus:
+        raise ValueError("temperatures must not be empty")
+    noise_sd = require_real(noise_sd, "noise_sd", minimum=0.0)
+    query_shift = require_real(query_shift, "query_shift", minimum=0.0)
+    _, dev64 = _devices(device)
+    gen = torch.Generator(device=dev64).manual_seed(_seed(seed))
+    d, r = embed_dim, replicates
+    w_k = _randn(d, head_dim, dtype=torch.float64, generator=gen) / math.sqrt(d)
+    w_q = w_k + query_shift * _randn(d, head_dim, dtype=torch.float64, generator=gen) / math.sqrt(d)
+    a = F.normalize(_randn(head_dim, dtype=torch.float64, generator=gen), dim=0)
+
+    def target(x: Tensor) -> Tensor:
+        return torch.sin(math.pi * F.normalize(x @ w_k, dim=-1) @ a)
+
+    x_tr, x_val, x_te = (
+        F.layer_norm(_randn(r, n, d, dtype=torch.float64, generator=gen), (d,)) for n in (n_train, n_eval, n_eval)
+    )
+    y_tr = target(x_tr) + noise_sd * _randn(r, n_train, dtype=torch.float64, generator=gen)
+    y_val = target(x_val) + noise_sd * _randn(r, n_eval, dtype=torch.float64, generator=gen)
+    f_te = target(x_te)
+    keys = x_tr @ w_k
+    val_loss, test_ise = [], []
+    for tau in taus:
+        val_loss.append((cosine_attention(x_val @ w_q, keys, y_tr, temperature=tau) - y_val).pow(2).mean(-1))
+        test_ise.append((cosine_attention(x_te @ w_q, keys, y_tr, temperature=tau) - f_te).pow(2).mean(-1))
+    val, test = torch.stack(val_loss, -1), torch.stack(test_ise, -1)
+    selected = val.argmin(-1)
+    q_hat, k_hat = F.normalize(x_te @ w_q, dim=-1), F.normalize(keys, dim=-1)
+    tau = taus[len(taus) // 2]
+    gauss = nadaraya_watson(q_hat, k_hat, y_tr, kernel="gaussian", bandwidth=math.sqrt(tau))
+    gap = _max_abs(cosine_attention(x_te @ w_q, keys, y_tr, temperature=tau), gauss)
+    return QkSmoothing(
+        tuple(taus), val, test, selected, test.gather(-1, selected[:, None])[:, 0], f_te.pow(2).mean(-1), gap
+    )
+
+
 # --- C2 in sympy ----------------------------------------------------------------------------
 
 
 class SymbolicMultihead(NamedTuple):
-    """Both sides of C2 with every weight and input a sympy symbol (row-vector layout, as PyTorch's)."""
+    """Both sides of C2 with every weight, bias and input a sympy symbol (row-vector layout, as PyTorch's)."""
 
     mha: Any
-    """sympy Matrix (1, E): ``concat_h softmax(Q_h K_h^T / sqrt(d_h)) V_h @ W_O.T + b_O``."""
+    """sympy Matrix (1, E): ``concat_h softmax(Q_h K_h^T / sqrt(d_h)) V_h @ W_O.T + b_O``, every bias included."""
     ensemble: Any
-    r"""sympy Matrix (1, E): :math:`b_O + \sum_h \alpha_h \hat f_h(x)`, NW with kernel and responses of head h."""
+    r"""sympy Matrix (1, E): :math:`c + \sum_h \alpha_h \hat f_h(x)` (:func:`symbolic_multihead`), no ``b_K``."""
     query: Any
     """(1, E) symbols ``x_1j``."""
     keys: Any
@@ -410,24 +895,42 @@ class SymbolicMultihead(NamedTuple):
     weights: tuple[Any, Any, Any, Any]
     """W_Q, W_K, W_V, W_O, each (E, E) in PyTorch's orientation (head h: rows h·d_h … of the first three)."""
     out_bias: Any
-    """(1, E) symbols ``b_1j``."""
+    """(1, E) symbols ``b_1j``: b_O."""
     alphas: tuple[Any, ...]
     """The H positive head weights α_h."""
+    in_biases: tuple[Any, ...] = ()
+    """b_Q, b_K, b_V, each (1, E) (PyTorch's ``in_proj_bias`` in three chunks); empty without biases."""
+    without_query_bias: Any = None
+    """sympy Matrix (1, E): the ensemble with ``b_Q`` dropped from the kernel (the old statement's kernel)."""
+    without_value_constant: Any = None
+    r"""sympy Matrix (1, E): the ensemble without the constant :math:`\sum_h W_O^h b_V^h`."""
 
 
-def symbolic_multihead(embed_dim: int = 4, num_heads: int = 2, source_len: int = 2) -> SymbolicMultihead:
+def symbolic_multihead(
+    embed_dim: int = 4, num_heads: int = 2, source_len: int = 2, *, biases: bool = True
+) -> SymbolicMultihead:
     r"""Multi-head attention and the ensemble of NW heads, both written out in sympy (claim C2).
 
-    Head h (rows :math:`h d_h, \dots, (h+1) d_h - 1` of each input projection) is an NW estimator
-    with the kernel :math:`K_h(u, w) = \exp(u W_Q^{h\top} W_K^h w^\top/\sqrt{d_h})` and the
-    responses :math:`v_i W_V^{h\top} W_O^{h\top}/\alpha_h` (:math:`W_O^h` the column block of
-    :math:`W_O`); the biases of the input projections are left out. The notebook asserts that
-    the two sides simplify to the same matrix.
+    Multi-head attention as PyTorch defines it, with every bias: head h (rows
+    :math:`h d_h, \dots, (h+1) d_h - 1` of each input projection) has
+    :math:`q = x W_Q^{h\top} + b_Q^h`, :math:`k_i = x_i W_K^{h\top} + b_K^h`,
+    :math:`v_i = x_i' W_V^{h\top} + b_V^h`, and the heads are concatenated and projected,
+    :math:`\mathrm{MHA}(x) = [\mathrm{head}_1, \dots]\, W_O^\top + b_O`. The ensemble side is
+    the corrected proposition: :math:`c + \sum_h \alpha_h \hat f_h(x)` with the constant
+    :math:`c = b_O + \sum_h b_V^h W_O^{h\top}`, and :math:`\hat f_h` the NW estimator with kernel
+    :math:`K_h(x, x_i) = \exp\big((x W_Q^{h\top} + b_Q^h)\, W_K^h x_i^\top/\sqrt{d_h}\big)` (the
+    key bias does not appear: it multiplies every key's kernel by one factor of the query) and
+    responses :math:`x_i' W_V^{h\top} W_O^{h\top}/\alpha_h` (:math:`W_O^h` the column block of
+    :math:`W_O`). The notebook asserts that the two sides simplify to the same matrix and that
+    the two variants that drop a bias term (:attr:`SymbolicMultihead.without_query_bias`,
+    :attr:`SymbolicMultihead.without_value_constant`) do not.
 
     Parameters
     ----------
     embed_dim, num_heads, source_len : int, default 4, 2, 2
         E, H (dividing E) and the number S of keys. The expressions grow quickly: keep them small.
+    biases : bool, default True
+        Include the biases b_Q, b_K, b_V of the input projections (b_O always is).
 
     Returns
     -------
@@ -442,13 +945,15 @@ def symbolic_multihead(embed_dim: int = 4, num_heads: int = 2, source_len: int =
     --------
     >>> import sympy as sp
     >>> c2 = symbolic_multihead(2, 1, 1)
-    >>> c2.mha.shape, len(c2.alphas)
-    ((1, 2), 1)
+    >>> c2.mha.shape, len(c2.alphas), len(c2.in_biases)
+    ((1, 2), 1, 3)
     """
     import sympy as sp
 
     _check_heads(embed_dim, num_heads)
     require_positive_int(source_len, "source_len")
+    if not isinstance(biases, bool):
+        raise TypeError(f"biases must be a bool, got {type(biases).__name__}")
     dh = embed_dim // num_heads
 
     def symbol_matrix(name: str, rows: int, cols: int) -> Any:
@@ -459,17 +964,26 @@ def symbolic_multihead(embed_dim: int = 4, num_heads: int = 2, source_len: int =
     x_vals = symbol_matrix("v", source_len, embed_dim)  # value inputs
     w_q, w_k, w_v, w_o = (symbol_matrix(name, embed_dim, embed_dim) for name in ("Q", "K", "V", "O"))
     b_o = symbol_matrix("b", 1, embed_dim)
+    if biases:
+        b_q, b_k, b_v = (symbol_matrix(name, 1, embed_dim) for name in ("bQ", "bK", "bV"))
+    else:
+        b_q = b_k = b_v = sp.zeros(1, embed_dim)
     alphas = sp.symbols(f"alpha1:{num_heads + 1}", positive=True)
 
     def softmax_row(z: Any) -> Any:
         e = z.applyfunc(sp.exp)
         return e / sum(e)
 
+    def ones(rows: int) -> Any:
+        return sp.ones(rows, 1)
+
     # Multi-head attention as PyTorch defines it: concatenate the heads, then project.
     heads = []
     for hh in range(num_heads):
         rows = slice(hh * dh, (hh + 1) * dh)
-        q_h, k_h, v_h = x_row * w_q[rows, :].T, x_keys * w_k[rows, :].T, x_vals * w_v[rows, :].T
+        q_h = x_row * w_q[rows, :].T + b_q[:, rows]
+        k_h = x_keys * w_k[rows, :].T + ones(source_len) * b_k[:, rows]
+        v_h = x_vals * w_v[rows, :].T + ones(source_len) * b_v[:, rows]
         heads.append(softmax_row((q_h * k_h.T / sp.sqrt(dh)).applyfunc(sp.expand)) * v_h)
     mha = sp.Matrix.hstack(*heads) * w_o.T + b_o
 
@@ -478,17 +992,36 @@ def symbolic_multihead(embed_dim: int = 4, num_heads: int = 2, source_len: int =
         total = sum((w * responses[a, :] for a, w in enumerate(weights)), sp.zeros(1, responses.cols))
         return total / sum(weights)
 
-    # The ensemble: b_O + sum_h alpha_h * NW_h, each head with its own kernel and responses.
-    ensemble = b_o
-    for hh in range(num_heads):
-        rows = slice(hh * dh, (hh + 1) * dh)
+    def ensemble_side(query_bias: bool, value_constant: bool) -> Any:
+        """c + sum_h alpha_h NW_h, each head with its own kernel and responses."""
+        out = b_o
+        for hh in range(num_heads):
+            rows = slice(hh * dh, (hh + 1) * dh)
+            bias = b_q[:, rows] if query_bias else sp.zeros(1, dh)
 
-        def head_kernel(u: Any, w: Any, rows: slice = rows) -> Any:
-            return sp.exp(sp.expand((u * w_q[rows, :].T * w_k[rows, :] * w.T)[0, 0] / sp.sqrt(dh)))
+            def head_kernel(u: Any, w: Any, rows: slice = rows, bias: Any = bias) -> Any:
+                return sp.exp(sp.expand(((u * w_q[rows, :].T + bias) * w_k[rows, :] * w.T)[0, 0] / sp.sqrt(dh)))
 
-        responses = x_vals * w_v[rows, :].T * w_o[:, rows].T / alphas[hh]
-        ensemble = ensemble + alphas[hh] * nw_estimate(x_row, x_keys, responses, head_kernel)
-    return SymbolicMultihead(mha, ensemble, x_row, x_keys, x_vals, (w_q, w_k, w_v, w_o), b_o, tuple(alphas))
+            responses = x_vals * w_v[rows, :].T * w_o[:, rows].T / alphas[hh]
+            out = out + alphas[hh] * nw_estimate(x_row, x_keys, responses, head_kernel)
+            if value_constant:
+                out = out + b_v[:, rows] * w_o[:, rows].T
+        return out
+
+    in_biases = (b_q, b_k, b_v) if biases else ()
+    return SymbolicMultihead(
+        mha,
+        ensemble_side(True, True),
+        x_row,
+        x_keys,
+        x_vals,
+        (w_q, w_k, w_v, w_o),
+        b_o,
+        tuple(alphas),
+        in_biases,
+        ensemble_side(False, True),
+        ensemble_side(True, False),
+    )
 
 
 # --- one head in one dimension --------------------------------------------------------------
@@ -1067,3 +1600,44 @@ def _bandwidths(bandwidths: object) -> list[float]:
     if not values or any(v <= 0 for v in values):
         raise ValueError(f"bandwidths must be a non-empty sequence of positive numbers, got {values}")
     return values
+
+
+def fraction_removed(errors: Tensor, zero_errors: Tensor) -> Comparison:
+    r"""The share of the zero predictor's error an estimator removes, :math:`1 - \bar e/\bar z`, with a jackknife SE.
+
+    Parameters
+    ----------
+    errors, zero_errors : Tensor, shape (R,)
+        Per-replicate errors of the estimator and of the zero predictor on the same evaluation
+        points (R >= 2).
+
+    Returns
+    -------
+    Comparison
+        The ratio estimate with the leave-one-out jackknife standard error, df = R − 1.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If the inputs are not two 1-D tensors of one length R >= 2.
+
+    Examples
+    --------
+    >>> import torch
+    >>> round(fraction_removed(torch.tensor([1.0, 1.0]), torch.tensor([4.0, 4.0])).estimate, 3)
+    0.75
+    """
+    for name, t in (("errors", errors), ("zero_errors", zero_errors)):
+        require_tensor(t, name)
+        if t.dim() != 1 or t.shape[0] < 2:
+            raise ValueError(f"{name} must be a 1-D tensor of R >= 2 replicates, got shape {tuple(t.shape)}")
+    if errors.shape != zero_errors.shape:
+        raise ValueError(
+            f"errors and zero_errors must have one length, got {errors.shape[0]} and {zero_errors.shape[0]}"
+        )
+    e, z = errors.double().cpu(), zero_errors.double().cpu()
+    r = e.shape[0]
+    full = 1 - e.mean() / z.mean()
+    loo = 1 - (e.sum() - e) / (z.sum() - z)
+    se = math.sqrt((r - 1) / r * float((loo - loo.mean()).pow(2).sum()))
+    return estimate(float(full), se, df=r - 1)

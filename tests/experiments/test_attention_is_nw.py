@@ -21,19 +21,26 @@ from nwlib.experiments.attention_is_nw import (
     TOLERANCES,
     Agreement,
     MiseStudy,
+    bias_form,
     circle_weights,
     cv_study,
     float64_device,
+    fraction_removed,
+    head_estimates,
     mha_agreement,
+    mha_bias_check,
     mise_comparisons,
     mise_study,
     mise_table,
     null_space_change,
+    qk_norm_smoothing,
     random_attention,
+    scalar_weights_check,
     sine_target,
     smoother_demo,
     symbolic_multihead,
     torch_agreement,
+    xspace_gaussian_gap,
 )
 
 # --- small helpers (references) -------------------------------------------------------------
@@ -182,36 +189,234 @@ def test_null_space_change_rejects_bad_input():
 # --- C2 in sympy ----------------------------------------------------------------------------
 
 
-def test_symbolic_multihead_evaluates_to_torch_multihead_attention():
+@pytest.mark.parametrize("biases", [True, False])
+def test_symbolic_multihead_evaluates_to_torch_multihead_attention(biases):
     sp = pytest.importorskip("sympy")
     e, heads, s = 4, 2, 2
-    c2 = symbolic_multihead(e, heads, s)
+    c2 = symbolic_multihead(e, heads, s, biases=biases)
     rng = np.random.default_rng(0)
     mha = torch.nn.MultiheadAttention(e, heads, dtype=torch.float64)
-    w_q, w_k, w_v, w_o = (rng.normal(size=(e, e)) / 2 for _ in range(4))
+    w_q, w_k, w_v, w_o = (rng.normal(size=(e, e)) / 2 for _ in range(4))  # W_Q != W_K
     b_o, x, keys, vals = rng.normal(size=e), rng.normal(size=(1, e)), rng.normal(size=(s, e)), rng.normal(size=(s, e))
-    with torch.no_grad():  # no input-projection biases, as in the symbolic form
+    b_in = rng.normal(size=3 * e) if biases else np.zeros(3 * e)
+    with torch.no_grad():
         mha.in_proj_weight.copy_(torch.from_numpy(np.concatenate([w_q, w_k, w_v])))
-        mha.in_proj_bias.zero_()
+        mha.in_proj_bias.copy_(torch.from_numpy(b_in))
         mha.out_proj.weight.copy_(torch.from_numpy(w_o))
         mha.out_proj.bias.copy_(torch.from_numpy(b_o))
         expected = mha(*(torch.from_numpy(t)[:, None] for t in (x, keys, vals)), need_weights=False)[0][0, 0]
+    matrices = [c2.query, c2.keys, c2.values, *c2.weights, c2.out_bias, *c2.in_biases]
+    given = [x, keys, vals, w_q, w_k, w_v, w_o, b_o[None]] + ([b[None] for b in np.split(b_in, 3)] if biases else [])
     symbols, numbers = [], []
-    for matrix, given in zip((c2.query, c2.keys, c2.values, *c2.weights, c2.out_bias),
-                             (x, keys, vals, w_q, w_k, w_v, w_o, b_o[None]), strict=True):  # fmt: skip
+    for matrix, value in zip(matrices, given, strict=True):
         symbols += list(matrix)  # row-major, like numpy's ravel
-        numbers += given.ravel().tolist()
-    both = sp.lambdify([*symbols, *c2.alphas], [list(c2.mha), list(c2.ensemble)], "math")
+        numbers += value.ravel().tolist()
+    sides = [c2.mha, c2.ensemble, c2.without_query_bias, c2.without_value_constant]
+    evaluate = sp.lambdify([*symbols, *c2.alphas], [list(side) for side in sides], "math")
     for alphas in ((0.5, 2.0), (1.0, 1.0)):  # the ensemble holds for any positive head weights
-        for side in both(*numbers, *alphas):
-            torch.testing.assert_close(torch.tensor(side, dtype=torch.float64), expected, rtol=1e-12, atol=1e-12)
-    assert len(c2.mha.free_symbols | c2.ensemble.free_symbols) == 90  # the chapter's count for E=4, H=2, S=2
+        mha_side, ensemble, no_bq, no_bv = (torch.tensor(v, dtype=torch.float64) for v in evaluate(*numbers, *alphas))
+        torch.testing.assert_close(mha_side, expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(ensemble, expected, rtol=1e-12, atol=1e-12)
+        if biases:  # dropping b_Q from the kernel, or the constant sum_h W_O^h b_V^h, changes the output
+            assert (no_bq - expected).abs().max() > 1e-3
+            constant = torch.from_numpy(np.split(b_in, 3)[2] @ w_o.T)
+            torch.testing.assert_close(expected - no_bv, constant, rtol=1e-12, atol=1e-12)
+    b_k_symbols = set(c2.in_biases[1]) if biases else set()
+    assert not (b_k_symbols & c2.ensemble.free_symbols)  # the proposition has no key bias
+    assert len(c2.mha.free_symbols | c2.ensemble.free_symbols) == (102 if biases else 90)
 
 
 def test_symbolic_multihead_rejects_heads_that_do_not_divide_the_width():
     pytest.importorskip("sympy")
     with pytest.raises(ValueError, match="num_heads"):
         symbolic_multihead(3, 2, 1)
+
+
+# --- C2 with every bias, the scalar-weights reading, the x-space reading of C1 ---------------
+
+
+def _biased_attention(dtype, device, seed=7):
+    case = random_attention(12, 3, seed=seed, dtype=dtype, device=device, target_len=5, source_len=7, batch=2)
+    _, b_k, b_v = case.mha.in_proj_bias.chunk(3)
+    w_q, w_k, _ = case.mha.in_proj_weight.chunk(3)
+    assert float(b_k.detach().abs().min()) > 0 and float(case.mha.out_proj.bias.detach().abs().min()) > 0
+    assert not torch.allclose(w_q, w_k)
+    return case
+
+
+def test_bias_form_is_torch_multihead_attention_and_needs_both_bias_terms(dtype, device, tol):
+    case = _biased_attention(dtype, device)
+    args = (case.mha, case.query, case.key, case.value)
+    with torch.no_grad():
+        expected = case.mha(*args[1:], need_weights=False)[0]
+        by_hand = _mha_by_hand(case.mha.cpu().double(), *(t.cpu().double() for t in args[1:]))
+        case.mha.to(device=device, dtype=dtype)
+        torch.testing.assert_close(expected.cpu().double(), by_hand, **tol)
+        torch.testing.assert_close(bias_form(*args), expected, **tol)  # the proposition, without b_K
+        torch.testing.assert_close(bias_form(*args, key_bias=True), expected, **tol)
+        # dropping b_Q from the kernel is a different function: b_Q tilts the weights key by key
+        assert (bias_form(*args, query_bias=False) - expected).abs().max() > 1e-2
+        # dropping the value bias's constant misses exactly sum_h W_O^h b_V^h
+        b_v = case.mha.in_proj_bias.chunk(3)[2]
+        missing = expected - bias_form(*args, value_constant=False)
+        torch.testing.assert_close(missing, (case.mha.out_proj.weight @ b_v).expand_as(missing), **tol)
+        # the key bias cancels: torch's own output does not move when b_K does
+        case.mha.in_proj_bias[12:24].mul_(-3.0)
+        torch.testing.assert_close(case.mha(*args[1:], need_weights=False)[0], expected, **tol)
+
+
+def test_head_estimates_are_softmax_heads_written_out():
+    case = _biased_attention(torch.float64, "cpu")
+    w_q, w_k, w_v = case.mha.in_proj_weight.detach().chunk(3)
+    b_q = case.mha.in_proj_bias.detach().chunk(3)[0]
+    est = head_estimates(case.mha, case.query, case.key, case.value)
+    assert est.shape == (2, 3, 5, 4)
+    for n in range(2):
+        for hh in range(3):
+            rows = slice(4 * hh, 4 * hh + 4)
+            for li in range(5):
+                q = case.query[li, n] @ w_q[rows].T + b_q[rows]
+                logits = np.array([float(q @ (case.key[i, n] @ w_k[rows].T)) for i in range(7)]) / 2.0
+                w = np.exp(logits - logits.max())
+                w /= w.sum()
+                ref = sum(w[i] * (case.value[i, n] @ w_v[rows].T).numpy() for i in range(7))
+                np.testing.assert_allclose(est[n, hh, li].numpy(), ref, rtol=1e-12, atol=1e-13)
+
+
+def test_head_estimates_reject_bad_input():
+    case = _biased_attention(torch.float64, "cpu")
+    with pytest.raises(TypeError, match="mha"):
+        head_estimates(MultiHeadNW.from_torch(case.mha), case.query, case.key, case.value)
+    with pytest.raises(ValueError, match="key"):
+        head_estimates(case.mha, case.query, case.key[..., :5], case.value)
+    with pytest.raises(TypeError, match="query_bias"):
+        head_estimates(case.mha, case.query, case.key, case.value, query_bias=1)
+    with pytest.raises(TypeError, match="value_constant"):
+        bias_form(case.mha, case.query, case.key, case.value, value_constant=None)
+    other = torch.nn.MultiheadAttention(12, 3, kdim=5, dtype=torch.float64)
+    with pytest.raises(ValueError, match="mha"):
+        head_estimates(other, case.query, case.key, case.value)
+
+
+def test_mha_bias_check_reports_the_proposition_and_the_dropped_terms(device):
+    out = mha_bias_check(16, 4, seed=2, device=device)
+    assert list(out) == [
+        "bias_form_vs_torch",
+        "key_bias_vs_torch",
+        "without_query_bias",
+        "without_value_constant",
+        "value_constant_size",
+    ]
+    assert out["bias_form_vs_torch"] <= 1e-12 and out["key_bias_vs_torch"] <= 1e-12
+    assert out["without_query_bias"] > 1e-2
+    assert out["without_value_constant"] == pytest.approx(out["value_constant_size"], rel=1e-10)
+    assert mha_bias_check(16, 4, seed=2, device=device) == out
+
+
+def _best_scalar_form_share(mha, query, key, value, iterations=200):
+    """Alternating least squares for min over (c, alpha, P) of the output residual: a numpy reference."""
+    e, heads = mha.embed_dim, mha.num_heads
+    dh = e // heads
+    with torch.no_grad():
+        y = mha(query, key, value, need_weights=False)[0].reshape(-1, e).numpy()
+        b_v = mha.in_proj_bias.chunk(3)[2].numpy()
+        own = head_estimates(mha, query, key, value).numpy() + b_v.reshape(heads, 1, dh)
+    g = own.transpose(2, 0, 1, 3).reshape(-1, heads, dh)  # (m, H, dh), query-major as y
+    yc, gc = y - y.mean(0), g - g.mean(0)
+    alpha = np.ones(heads)
+    for _ in range(iterations):
+        z = np.einsum("h,mhd->md", alpha, gc)
+        p = np.linalg.lstsq(z, yc, rcond=None)[0].T  # (E, dh)
+        design = np.einsum("mhd,ed->mhe", gc, p).transpose(0, 2, 1).reshape(-1, heads)
+        alpha = np.linalg.lstsq(design, yc.reshape(-1), rcond=None)[0]
+    resid = yc - np.einsum("h,mhd->md", alpha, gc) @ p.T
+    return (resid**2).sum() / (yc**2).sum()
+
+
+def test_scalar_weights_check_exact_cases_and_a_lower_bound_that_holds():
+    sw = scalar_weights_check(8, 2, seed=1)
+    assert sw.width_one_gap <= 1e-12 and sw.proportional_gap <= 1e-12
+    assert 0 < sw.excluded_share <= sw.rank_one_share <= 1
+    case = random_attention(8, 2, seed=2, dtype=torch.float64, target_len=64)  # the third case's draw
+    achieved = _best_scalar_form_share(case.mha, case.query, case.key, case.value)
+    assert sw.excluded_share <= achieved + 1e-9  # no scalar form beats the bound
+    assert achieved <= sw.rank_one_share + 1e-9  # and the best one does at least as well as rank-one blocks
+    assert achieved > 1e-3
+    with pytest.raises(ValueError, match="num_heads"):
+        scalar_weights_check(6, 4, seed=0)
+
+
+def test_xspace_gaussian_gap_against_explicit_weights():
+    special = pytest.importorskip("scipy.special")
+    gap = xspace_gaussian_gap(6, 2, 9, 4, [0.5, 2.0], seed=3)
+    assert gap.bandwidths == (0.5, 2.0, 2**-0.5, 2**0.25)
+    gen = torch.Generator().manual_seed(3)  # the documented stream: keys, queries, W_Q, W_K
+    draw = [
+        torch.randn(*shape, generator=gen, dtype=torch.float64).numpy() for shape in ((9, 6), (4, 6), (6, 2), (6, 2))
+    ]
+    keys, queries = ((t - t.mean(-1, keepdims=True)) / np.sqrt(t.var(-1, keepdims=True) + 1e-5) for t in draw[:2])
+    w_q, w_k = draw[2] / np.sqrt(6), draw[3] / np.sqrt(6)
+    att = special.softmax((queries @ w_q) @ (keys @ w_k).T / np.sqrt(2), axis=-1)
+    sq = ((queries[:, None] - keys[None]) ** 2).sum(-1)
+    for b, s in enumerate(gap.bandwidths):
+        tv = 0.5 * np.abs(att - special.softmax(-sq / (2 * s**2), axis=-1)).sum(-1).mean()
+        assert gap.distance[b].item() == pytest.approx(tv, rel=1e-9)
+    assert gap.best == pytest.approx(gap.distance.min().item()) and gap.at_inverse_root == gap.distance[2].item()
+    assert gap.best > 1e-3 and gap.identity_gap <= 1e-14
+    with pytest.raises(ValueError, match="bandwidths"):
+        xspace_gaussian_gap(6, 2, 9, 4, [0.0], seed=3)
+    with pytest.raises(ValueError, match="head_dim"):
+        xspace_gaussian_gap(6, 0, 9, 4, [1.0], seed=3)
+
+
+QK = dict(n_train=30, n_eval=11, embed_dim=6, head_dim=3, temperatures=[1.0, 0.05, 0.2], replicates=3, noise_sd=0.3)
+
+
+def test_qk_norm_smoothing_against_the_explicit_softmax():
+    special = pytest.importorskip("scipy.special")
+    qk = qk_norm_smoothing(**QK, seed=4)
+    assert qk.temperatures == (0.05, 0.2, 1.0)
+    assert qk.val_loss.shape == qk.test_ise.shape == (3, 3) and qk.selected_ise.shape == qk.zero_mse.shape == (3,)
+    gen = torch.Generator().manual_seed(4)  # the documented stream
+    rnd = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64).numpy()  # noqa: E731
+    w_k = rnd(6, 3) / np.sqrt(6)
+    w_q = w_k + 0.3 * rnd(6, 3) / np.sqrt(6)
+    a = rnd(3)
+    a /= np.linalg.norm(a)
+
+    def ln(t):
+        return (t - t.mean(-1, keepdims=True)) / np.sqrt(t.var(-1, keepdims=True) + 1e-5)
+
+    def unit(t):
+        return t / np.linalg.norm(t, axis=-1, keepdims=True)
+
+    x_tr, x_val, x_te = ln(rnd(3, 30, 6)), ln(rnd(3, 11, 6)), ln(rnd(3, 11, 6))
+    f = lambda x: np.sin(np.pi * unit(x @ w_k) @ a)  # noqa: E731
+    y_tr, y_val = f(x_tr) + 0.3 * rnd(3, 30), f(x_val) + 0.3 * rnd(3, 11)
+    for r in range(3):
+        for t, tau in enumerate(qk.temperatures):
+
+            def fit(x, r=r, tau=tau):
+                w = special.softmax(unit(x[r] @ w_q) @ unit(x_tr[r] @ w_k).T / tau, axis=-1)
+                return w @ y_tr[r]
+
+            assert qk.val_loss[r, t].item() == pytest.approx(((fit(x_val) - y_val[r]) ** 2).mean(), rel=1e-9)
+            assert qk.test_ise[r, t].item() == pytest.approx(((fit(x_te) - f(x_te[r])) ** 2).mean(), rel=1e-9)
+        assert qk.zero_mse[r].item() == pytest.approx((f(x_te[r]) ** 2).mean(), rel=1e-12)
+    assert torch.equal(qk.selected, qk.val_loss.argmin(-1))
+    assert qk.gaussian_gap <= 1e-12
+    again = qk_norm_smoothing(**QK, seed=4)
+    torch.testing.assert_close(again.test_ise, qk.test_ise, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "change, name",
+    [({"temperatures": [0.1, -1.0]}, "temperatures"), ({"replicates": 1}, "replicates"), ({"noise_sd": -1.0}, "noise_sd"),
+     ({"temperatures": "0.1"}, "temperatures"), ({"n_train": 0}, "n_train")],
+)  # fmt: skip
+def test_qk_norm_smoothing_rejects_bad_input(change, name):
+    with pytest.raises((TypeError, ValueError), match=name):
+        qk_norm_smoothing(**(QK | change), seed=0)
 
 
 # --- one head in one dimension --------------------------------------------------------------
@@ -448,3 +653,17 @@ def test_cv_study_picks_the_leave_one_out_minimiser(study):
     np.testing.assert_allclose(cv.quartiles, np.quantile(cv.bandwidth.numpy(), [0.25, 0.5, 0.75]))
     with pytest.raises(TypeError, match="study"):
         cv_study("study")
+
+
+def test_fraction_removed_is_a_ratio_with_its_leave_one_out_jackknife():
+    e = torch.tensor([0.2, 0.3, 0.25, 0.4], dtype=torch.float64)
+    z = torch.tensor([0.5, 0.6, 0.45, 0.7], dtype=torch.float64)
+    c = fraction_removed(e, z)
+    assert c.estimate == pytest.approx(1 - e.mean().item() / z.mean().item())
+    loo = [1 - np.delete(e.numpy(), k).mean() / np.delete(z.numpy(), k).mean() for k in range(4)]
+    assert c.se == pytest.approx(np.sqrt(3 / 4 * ((np.array(loo) - np.mean(loo)) ** 2).sum()))
+    assert c.df == 3
+    with pytest.raises(ValueError, match="zero_errors"):
+        fraction_removed(e, z[:3])
+    with pytest.raises(ValueError, match="errors"):
+        fraction_removed(e[:1], z[:1])
