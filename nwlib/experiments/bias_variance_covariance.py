@@ -70,7 +70,7 @@ from ..decomposition import decompose
 from ..device import resolve_device
 from ..evidence import Comparison, estimate, fp_tolerance, independent, paired
 from ..evidence import mean as mean_se
-from ..kernels import Kernel, nadaraya_watson_weights
+from ..kernels import Kernel, cosine_attention, nadaraya_watson_weights
 from ..montecarlo import simulate
 from ..sweep import point_seed, require_point
 from ..tasks import RegressionTask, make_task
@@ -91,6 +91,7 @@ __all__ = [
     "AttentionDesign",
     "Benchmark",
     "CombinationResult",
+    "CosineDesign",
     "FamilyFit",
     "FloorComparison",
     "Gains",
@@ -98,16 +99,23 @@ __all__ = [
     "LawCheck",
     "LeastSquares",
     "SurrogateDesign",
+    "TemperatureChoice",
     "WeightStudy",
     "attention_batch",
     "attention_design",
+    "average_variance_bound",
+    "beats_zero",
     "bias_excess",
     "bvc_terms",
+    "centred_basis",
+    "centred_target",
     "combination_bandwidths",
     "combination_entries",
     "combination_point",
     "combination_results",
     "combination_tables",
+    "cosine_batch",
+    "cosine_design",
     "dot_product_weights",
     "engine_benchmark",
     "estimate_entries",
@@ -123,16 +131,22 @@ __all__ = [
     "jackknife",
     "jackknife_each",
     "law_check",
+    "layer_norm_tokens",
     "least_squares_study",
     "normal_mean",
     "per_replicate_gain",
     "relative_gain_gaps",
     "rho_steps",
+    "select_temperature",
     "signal_plane_gap",
     "std_normal_pdf",
     "surrogate_design",
+    "temperature_grid",
+    "term_agreement",
     "variance_ratios",
+    "variance_reduction_claim",
     "weight_entries",
+    "zero_predictor_table",
 ]
 
 FAMILIES: tuple[str, ...] = ("identical", "partly turned", "orthogonal nuisance", "independent data")
@@ -153,7 +167,7 @@ COMBINATION_KEYS: dict[str, str] = dict(zip(COMBINATIONS, ("avg", "sum", "ls", "
 COMBINATION_TASKS: dict[str, str] = {"single_index": "si", "isotropic": "iso", "interaction": "int"}
 """The targets of the block experiment (library tasks) and their short names in glue keys."""
 
-DESIGN_SEEDS: dict[str, int] = {"eval_points": 0, "attention": 5, "blocks": 8}
+DESIGN_SEEDS: dict[str, int] = {"eval_points": 0, "attention": 5, "blocks": 8, "cosine": 9}
 """Fixed generator states of the design, the same for every seed (see the module docstring)."""
 
 WEIGHT_CONTRASTS: tuple[str, ...] = (
@@ -1667,6 +1681,513 @@ def relative_gain_gaps(
 
     with _one_thread(target.device):
         return [jackknife(gap, batch[n], other[n], groups=groups) for n in FAMILIES[1:]]
+
+
+# --- attention where it can smooth: LayerNorm'd tokens, QK-normalised heads -----------------
+
+
+def centred_basis(
+    embed_dim: int, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+) -> Tensor:
+    r"""An orthonormal basis of :math:`\mathbf 1^\perp \subset \mathbb R^D`, where LayerNorm'd tokens live.
+
+    ``layer_norm(x, (D,))`` subtracts the mean of the coordinates, so every token is orthogonal to
+    :math:`\mathbf 1`. The basis is the last D − 1 columns of the QR factor of
+    :math:`[\mathbf 1, e_1, \dots, e_{D-1}]`: deterministic, no random numbers.
+
+    Parameters
+    ----------
+    embed_dim : int
+        D >= 2.
+    dtype, device : optional
+
+    Returns
+    -------
+    Tensor, shape (D, D − 1)
+
+    Examples
+    --------
+    >>> c = centred_basis(4, dtype=torch.float64)
+    >>> bool(torch.allclose(c.T @ c, torch.eye(3, dtype=torch.float64))), float(c.sum(0).abs().max()) < 1e-12
+    (True, True)
+    """
+    dim = require_positive_int(embed_dim, "embed_dim", minimum=2)
+    dtype, device = require_dtype(dtype), require_device(device)
+    m = torch.eye(dim, dtype=torch.float64)
+    m = torch.cat([torch.ones(dim, 1, dtype=torch.float64), m[:, : dim - 1]], dim=1)
+    q, _ = torch.linalg.qr(m)
+    return q[:, 1:].to(dtype=dtype, device=device)
+
+
+def layer_norm_tokens(x: Tensor) -> Tensor:
+    """Tokens as a transformer's attention sees them: ``torch.nn.functional.layer_norm(x, (D,))`` (no affine).
+
+    Examples
+    --------
+    >>> t = layer_norm_tokens(torch.tensor([[1.0, 2.0, 3.0, 6.0]], dtype=torch.float64))
+    >>> round(float(t.mean()), 12), round(float(t.pow(2).mean()), 4)  # variance 1 up to LayerNorm's eps = 1e-5
+    (0.0, 1.0)
+    """
+    x = require_tensor(x, "x", min_dim=1)
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],))
+
+
+def centred_target(tokens: Tensor, basis: Tensor) -> Tensor:
+    r""":math:`f(t) = 2^{-1/2}(\sin 2\langle c_1, t\rangle + \sin 2\langle c_2, t\rangle)` on LayerNorm'd tokens.
+
+    ``basis`` is :func:`centred_basis`; :math:`c_1, c_2` are its first two columns.
+
+    Examples
+    --------
+    >>> c = centred_basis(3, dtype=torch.float64)
+    >>> float(centred_target(torch.zeros(1, 3, dtype=torch.float64), c)[0])
+    0.0
+    """
+    tokens = require_tensor(tokens, "tokens", min_dim=1)
+    basis = require_tensor(basis, "basis", min_dim=2)
+    return (torch.sin(2 * tokens @ basis[:, 0]) + torch.sin(2 * tokens @ basis[:, 1])) / math.sqrt(2.0)
+
+
+@dataclass(frozen=True, eq=False)
+class CosineDesign:
+    r"""QK-normalised attention heads on LayerNorm'd tokens (see :func:`cosine_design`).
+
+    Attributes
+    ----------
+    basis : Tensor, shape (D, D − 1)
+        :func:`centred_basis`: signal directions :math:`c_1, c_2`, nuisance directions :math:`c_3, \dots`.
+    eval_points : Tensor, shape (m, D)
+        LayerNorm'd draws from N(0, I_D), from :data:`DESIGN_SEEDS` ``["cosine"]``.
+    target : Tensor, shape (m,)
+        :func:`centred_target` at the evaluation points.
+    mix : Tensor, shape (3, 3)
+        A = I + 0.1·N(0, 1): keys :math:`W_K^h = Q_hA`, queries :math:`W_Q^h = Q_hA^{-\top}` (so W_Q ≠ W_K).
+    heads : dict of str to (Tensor, Tensor, Tensor)
+        Per family :math:`(W_K, W_Q, \xi)` of shapes (H, D, 3), (H, D, 3), (H, D); the values are
+        :math:`v^h_i = y_i + \tau\langle\xi_h, t_i\rangle`. The independent-data family has the identical heads.
+    noise_sd, value_mix : float
+    """
+
+    basis: Tensor
+    eval_points: Tensor
+    target: Tensor
+    mix: Tensor
+    heads: dict[str, tuple[Tensor, Tensor, Tensor]]
+    noise_sd: float
+    value_mix: float
+
+    @property
+    def max_num_heads(self) -> int:
+        return int(self.heads[FAMILIES[0]][0].shape[0])
+
+    @property
+    def zero_mse(self) -> float:
+        """The zero predictor's integrated MSE, the mean of f² at the evaluation points."""
+        return float(self.target.pow(2).mean())
+
+
+_COSINE_MIX = 0.1  # A = I + 0.1 N(0, 1): W_Q != W_K, and the normalised kernel still peaks near the query
+
+
+def cosine_design(
+    *,
+    embed_dim: int,
+    max_num_heads: int,
+    n_eval: int,
+    noise_sd: float,
+    partial_angle_deg: float,
+    value_mix: float,
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> CosineDesign:
+    r"""The four families of QK-normalised heads, on LayerNorm'd tokens; the same for every seed.
+
+    Head h's frame is :math:`Q_h = [c_1, c_2, u_h]` with :math:`u_h = \cos\theta\,c_3 + \sin\theta\,c_{3+h}`
+    (:func:`centred_basis`; θ = 0, ``partial_angle_deg`` and 90° for the shared-data families).
+    Keys :math:`W_K^h = Q_hA`, queries :math:`W_Q^h = Q_hA^{-\top}` with A = I + 0.1·N(0, 1)
+    fixed; values :math:`v^h_i = y_i + \tau\langle\xi_h, t_i\rangle` with :math:`\xi_h` a random unit
+    vector orthogonal to :math:`\mathbf 1`, to :math:`c_1, c_2` and to the head's frame (the same for heads
+    with the same frame). Reflecting the token across :math:`\xi_h^\perp` changes neither the
+    LayerNorm, nor the keys, nor f, so :math:`\langle\xi_h, t\rangle` has mean zero given all a head sees:
+    the values are head-specific and every head still estimates what it would from :math:`y`.
+
+    Parameters
+    ----------
+    embed_dim : int
+        D >= 4 + max_num_heads.
+    max_num_heads : int
+    n_eval : int
+    noise_sd : float
+        σ > 0 of the responses.
+    partial_angle_deg : float
+    value_mix : float
+        τ.
+    dtype, device
+
+    Returns
+    -------
+    CosineDesign
+
+    Raises
+    ------
+    TypeError, ValueError
+        On bad sizes (named).
+    """
+    heads = require_positive_int(max_num_heads, "max_num_heads")
+    dim = require_positive_int(embed_dim, "embed_dim")
+    if dim < 4 + heads:
+        raise ValueError(f"embed_dim must be >= 4 + max_num_heads = {4 + heads} (1 is not a direction), got {dim}")
+    m = require_positive_int(n_eval, "n_eval")
+    sigma = require_real(noise_sd, "noise_sd", minimum=0.0)
+    tau = require_real(value_mix, "value_mix")
+    angle = math.radians(require_real(partial_angle_deg, "partial_angle_deg"))
+    dt, dev = require_dtype(dtype), require_device(device)
+    basis = centred_basis(dim, dtype=dt, device=dev)
+    g = _generator(DESIGN_SEEDS["cosine"], dev)
+    z = layer_norm_tokens(_draw((m, dim), g, dt))
+    mix = torch.eye(_FRAME_DIM, dtype=dt, device=dev) + _COSINE_MIX * _draw((_FRAME_DIM, _FRAME_DIM), g, dt)
+    raw = _draw((heads, dim), g, dt)
+    thetas = dict(zip(SHARED_FAMILIES, (0.0, angle, math.pi / 2), strict=True))
+
+    def one_family(theta: float) -> tuple[Tensor, Tensor, Tensor]:
+        frames = torch.zeros(heads, dim, _FRAME_DIM, dtype=dt, device=dev)
+        frames[:, :, 0], frames[:, :, 1] = basis[:, 0], basis[:, 1]
+        for h in range(heads):
+            frames[h, :, 2] = math.cos(theta) * basis[:, 2] + math.sin(theta) * basis[:, 3 + h]
+        xi = raw[:1].expand(heads, dim) if theta == 0.0 else raw
+        xi = xi - xi.mean(1, keepdim=True)  # orthogonal to 1
+        xi = xi - torch.einsum("hdk,hk->hd", frames, torch.einsum("hdk,hd->hk", frames, xi))
+        xi = xi / xi.norm(dim=1, keepdim=True)
+        return frames @ mix, frames @ torch.linalg.inv(mix).mT, xi
+
+    family_heads = {name: one_family(t) for name, t in thetas.items()}
+    family_heads["independent data"] = family_heads["identical"]
+    return CosineDesign(basis, z, centred_target(z, basis), mix, family_heads, sigma, tau)
+
+
+def _cosine_heads(design: CosineDesign, t: Tensor, y: Tensor, family: str, temperature: float) -> Tensor:
+    # t (R, G, n, D) with G = 1 (shared) or H (a training set per head); y (R, G, n). Returns (R, H, m).
+    w_k, w_q, xi = design.heads[family]
+    keys = torch.einsum("rgnd,hdk->rhnk", t, w_k) if t.shape[1] == 1 else torch.einsum("rhnd,hdk->rhnk", t, w_k)
+    values = y + design.value_mix * (
+        torch.einsum("rgnd,hd->rhn", t, xi) if t.shape[1] == 1 else (t * xi[:, None]).sum(-1)
+    )
+    queries = torch.einsum("md,hdk->hmk", design.eval_points, w_q).expand(t.shape[0], -1, -1, -1)
+    return cosine_attention(queries, keys, values, temperature=temperature)
+
+
+def cosine_batch(
+    design: CosineDesign,
+    *,
+    n_train: int,
+    replicates: int,
+    temperature: float,
+    seed: int,
+    families: Sequence[str] = FAMILIES,
+    chunk: int = 16,
+) -> dict[str, Tensor]:
+    r"""One Monte Carlo batch of QK-normalised heads (:func:`nwlib.cosine_attention`) on LayerNorm'd tokens.
+
+    Replicate r draws :math:`x_i \sim N(0, I_D)`, the tokens :math:`t_i` = ``layer_norm(x_i)`` and
+    :math:`y_i = f(t_i) + \sigma\varepsilon_i` (:func:`centred_target`). The shared-data families see
+    that one training set; the independent-data family gives head 1 the same set and heads
+    2..H fresh ones from the same generator, so replicate r of every family shares its random numbers.
+
+    Parameters
+    ----------
+    design : CosineDesign
+    n_train, replicates : int
+    temperature : float
+        τ > 0 of the softmax over :math:`\langle\hat q, \hat k\rangle/\tau`.
+    seed : int
+    families : sequence of str, default all of :data:`FAMILIES`
+    chunk : int, default 16
+        Replicates per batched call (memory only; the random numbers are drawn per block of ``chunk``).
+
+    Returns
+    -------
+    dict of str to Tensor
+        Predictions (R, H, m) at ``design.eval_points`` for each requested family.
+    """
+    n = require_positive_int(n_train, "n_train")
+    reps = require_positive_int(replicates, "replicates")
+    tau = require_real(temperature, "temperature")
+    if not tau > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    seed, step = _seed(seed), require_positive_int(chunk, "chunk")
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown or not families:
+        raise ValueError(f"families must be a non-empty subset of {list(FAMILIES)}, got {list(families)}")
+    dt, dev, dim, heads = (
+        design.eval_points.dtype,
+        design.eval_points.device,
+        design.basis.shape[0],
+        design.max_num_heads,
+    )
+    g = _generator(seed, dev)
+    out: dict[str, list[Tensor]] = {f: [] for f in families}
+    for start in range(0, reps, step):
+        r = min(step, reps - start)
+        t = layer_norm_tokens(_draw((r, heads, n, dim), g, dt))
+        y = centred_target(t, design.basis) + design.noise_sd * _draw((r, heads, n), g, dt)
+        for fam in families:
+            if fam == "independent data":
+                out[fam].append(_cosine_heads(design, t, y, fam, tau))
+            else:
+                out[fam].append(_cosine_heads(design, t[:, :1], y[:, :1], fam, tau))
+    return {f: torch.cat(v) for f, v in out.items()}
+
+
+class TemperatureChoice(NamedTuple):
+    """The temperature chosen on a validation batch (see :func:`select_temperature`)."""
+
+    temperature: float
+    grid: list[float]
+    mse: list[float]
+    """One head's integrated MSE on the validation batch at each grid temperature."""
+
+
+def temperature_grid(count: int) -> list[float]:
+    """``count`` temperatures log-spaced from 0.01 to 0.5 (bandwidths √τ from 0.1 to 0.71 on the sphere).
+
+    Examples
+    --------
+    >>> [round(t, 3) for t in temperature_grid(3)]
+    [0.01, 0.071, 0.5]
+    """
+    k = require_positive_int(count, "count", minimum=2)
+    return [0.01 * 50.0 ** (i / (k - 1)) for i in range(k)]
+
+
+def select_temperature(
+    design: CosineDesign, *, grid: Sequence[float], n_train: int, replicates: int, seed: int
+) -> TemperatureChoice:
+    """Choose τ by one head's integrated MSE on a validation batch, never on the batches checked later.
+
+    One head (head 1 of the identical family, the same estimator as any single head up to its
+    frame) on ``replicates`` training sets from ``seed``, at every τ of ``grid``, on common random
+    numbers; the smallest MSE wins.
+
+    Parameters
+    ----------
+    design : CosineDesign
+    grid : sequence of float
+        Temperatures > 0.
+    n_train, replicates, seed : int
+
+    Returns
+    -------
+    TemperatureChoice
+    """
+    taus = [require_real(t, "grid") for t in grid]
+    if not taus or min(taus) <= 0:
+        raise ValueError(f"grid must hold temperatures > 0, got {list(grid)}")
+    mses = []
+    for tau in taus:
+        p = cosine_batch(
+            design, n_train=n_train, replicates=replicates, temperature=tau, seed=seed, families=FAMILIES[:1]
+        )
+        mses.append(float((p[FAMILIES[0]][:, 0] - design.target).pow(2).mean()))
+    best = min(range(len(taus)), key=mses.__getitem__)
+    return TemperatureChoice(taus[best], taus, mses)
+
+
+def zero_predictor_table(table: pd.DataFrame, zero_mse: float) -> pd.DataFrame:
+    """Beside every MSE of a :class:`LawCheck` table: the zero predictor's MSE and the fraction of it removed.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        With columns ``setting``, ``H``, ``mse``, ``mse_se`` (:attr:`LawCheck.table`).
+    zero_mse : float
+        The mean of f² at the evaluation points (> 0).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``setting``, ``H``, ``mse``, ``mse_se``, ``zero_mse``, ``removed`` = 1 − mse/zero_mse, ``removed_se``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> t = pd.DataFrame(dict(setting=["a"], H=[1], mse=[0.25], mse_se=[0.01]))
+    >>> zero_predictor_table(t, 0.5).removed.tolist()
+    [0.5]
+    """
+    zero = require_real(zero_mse, "zero_mse")
+    if not zero > 0:
+        raise ValueError(f"zero_mse must be > 0, got {zero_mse!r}")
+    out = table[["setting", "H", "mse", "mse_se"]].copy()
+    out["zero_mse"] = zero
+    out["removed"] = 1.0 - out.mse / zero
+    out["removed_se"] = out.mse_se / zero
+    return out
+
+
+def beats_zero(batch: Mapping[str, Tensor], target: Tensor) -> Comparison:
+    """One head's integrated squared error minus the zero predictor's, mean over replicates (negative: it smooths).
+
+    Head 1 of the identical family; the zero predictor's error is the mean of f² at the points, fixed.
+
+    Examples
+    --------
+    >>> p = {n: torch.zeros(3, 1, 2, dtype=torch.float64) + torch.arange(3.0, dtype=torch.float64)[:, None, None]
+    ...      for n in FAMILIES}
+    >>> round(beats_zero(p, torch.ones(2, dtype=torch.float64)).estimate, 6)  # errors 1, 0, 1 minus 1
+    -0.333333
+    """
+    batch = _families(batch, "batch")
+    target = require_tensor(target, "target", min_dim=1)
+    ise = (batch[FAMILIES[0]][:, 0] - target).pow(2).mean(-1)
+    return mean_se(ise - target.pow(2).mean())
+
+
+def _variance_reduction(p: Tensor) -> Tensor:
+    # one head's variance minus the variance of the uniform average of all heads, integrated over the points
+    return p[:, 0].var(0).mean() - p.mean(1).var(0).mean()
+
+
+def variance_reduction_claim(batch: Mapping[str, Tensor], *, groups: int) -> list[Comparison]:
+    r"""C4 on the variance: what averaging all heads removes from one head's variance, compared across families.
+
+    The reduction of a family is :math:`\Var\hat f_1 - \Var(\frac1H\sum_h\hat f_h)`, integrated over
+    the points (R − 1 denominators); the bias is left out, so heads that estimate different functions
+    (and whose average is less biased) gain nothing here from that. The four families share their
+    generator states, so one grouped jackknife over the replicates of all of them gives the standard errors.
+
+    Parameters
+    ----------
+    batch : dict of str to Tensor
+        Predictions (R, H, m) of every family.
+    groups : int
+
+    Returns
+    -------
+    list of Comparison
+        Partly turned − identical, orthogonal nuisance − identical, independent data − partly turned,
+        independent data − orthogonal nuisance (C4 as worded: identical heads remove nothing,
+        decorrelated shared-data heads more, independent heads the most).
+    """
+    batch = _families(batch, "batch")
+    groups = _groups(groups, batch[FAMILIES[0]].shape[0])
+
+    def claim(a: Tensor, b: Tensor, c: Tensor, d: Tensor) -> Tensor:
+        ident, part, orth, indep = (_variance_reduction(p) for p in (a, b, c, d))
+        return torch.stack([part - ident, orth - ident, indep - part, indep - orth]).to(torch.float64)
+
+    with _one_thread(batch[FAMILIES[0]].device):
+        return jackknife_each(claim, *(batch[n] for n in FAMILIES), groups=groups)
+
+
+# --- C3 on held-out data: the unbiased term estimates -------------------------------------
+
+
+def _small_group_terms(p: Tensor, target: Tensor, size: int) -> Tensor:
+    # (R/size, 3): bias², variance, covariance terms of the uniform average, from decompose on each group of `size`.
+    rows = []
+    for q in p.reshape(-1, size, *p.shape[1:]):
+        dec = decompose(q, target)
+        rows.append(torch.stack([dec.bias_sq.mean(), dec.variance.mean(), dec.covariance.mean()]))
+    return torch.stack(rows).to(torch.float64)
+
+
+def term_agreement(
+    batch_fit: Mapping[str, Tensor],
+    batch_test: Mapping[str, Tensor],
+    target: Tensor,
+    *,
+    group_size: int,
+    groups: int,
+) -> dict[str, list[Comparison]]:
+    r"""C3 on held-out data: the three terms estimated from small groups of A against the same terms on B.
+
+    For every family, the uniform average of all its heads is decomposed (:func:`nwlib.decompose`)
+    on each group of ``group_size`` consecutive replicates of A, and the terms are averaged over the
+    groups; on B it is decomposed once, on all replicates. Each difference (A's small-group mean minus
+    B's term) is divided by B's MSE. The estimators are unbiased at every sample size, so the
+    differences have mean 0; a biased estimator (the plug-in squared bias :math:`(\bar f - f)^2`, say,
+    whose bias is the ensemble variance over ``group_size``) would move them. A and B are
+    independent: one jackknife over pairs of replicate groups gives the standard errors.
+
+    Parameters
+    ----------
+    batch_fit, batch_test : dict of str to Tensor
+        Predictions (R, H, m) of every family, the same R.
+    target : Tensor, shape (m,)
+    group_size : int
+        >= 2; R/groups must be a multiple of it.
+    groups : int
+        Jackknife groups.
+
+    Returns
+    -------
+    dict of str to list of Comparison
+        Per family: bias², variance and covariance differences, in units of B's MSE, then their sum (A's
+        small-group terms add up to A's MSE, B's to B's, so the sum is A's MSE minus B's over B's).
+    """
+    batch_fit, batch_test = _families(batch_fit, "batch_fit"), _families(batch_test, "batch_test")
+    target = require_tensor(target, "target", min_dim=1)
+    size = require_positive_int(group_size, "group_size", minimum=2)
+    reps = batch_fit[FAMILIES[0]].shape[0]
+    groups = _groups(groups, reps)
+    if (reps // groups) % size:
+        raise ValueError(f"group_size must divide R/groups = {reps // groups}, got {size}")
+    out = {}
+    with _one_thread(target.device):
+        for name in FAMILIES:
+            small = _small_group_terms(batch_fit[name], target, size)  # (R/size, 3)
+            pb = batch_test[name].reshape(small.shape[0], size, *batch_test[name].shape[1:])
+
+            def gap(s: Tensor, q: Tensor) -> Tensor:
+                dec = decompose(q.reshape(-1, *q.shape[2:]), target)
+                on_b = torch.stack([dec.bias_sq.mean(), dec.variance.mean(), dec.covariance.mean()]).to(torch.float64)
+                diff = (s.mean(0) - on_b) / float(dec.mse.mean())
+                return torch.cat([diff, diff.sum().reshape(1)])
+
+            out[name] = jackknife_each(gap, small, pb, groups=groups)
+    return out
+
+
+def average_variance_bound(num_heads: int) -> tuple[Any, Any, Any]:
+    r"""C4's necessity, symbolically: the variance of the average is the mean covariance plus (V̄ − C̄)/H.
+
+    For H heads with errors of covariance C (``V_h`` on the diagonal, ``C_hh'`` off it), with
+    :math:`\bar V` the mean variance and :math:`\bar C` the mean cross-head covariance,
+    :math:`\Var(\frac1H\sum_h\hat f_h) = \bar C + (\bar V - \bar C)/H` and
+    :math:`\E\sum_{h<h'}(\varepsilon_h - \varepsilon_{h'})^2 = H(H-1)(\bar V - \bar C) \ge 0`, so the
+    variance of the average never falls below :math:`\bar C`, however many heads.
+
+    Parameters
+    ----------
+    num_heads : int
+        H >= 2.
+
+    Returns
+    -------
+    (variance_of_average, mean_covariance, spread) : sympy expressions
+        ``spread`` = :math:`\E\sum_{h<h'}(\varepsilon_h - \varepsilon_{h'})^2/(H(H-1))`, which equals
+        :math:`\bar V - \bar C` and is an expectation of a square.
+
+    Examples
+    --------
+    >>> import sympy as sp
+    >>> var_avg, c_bar, spread = average_variance_bound(3)
+    >>> sp.expand(var_avg - (c_bar + spread / 3))
+    0
+    """
+    import sympy as sp
+
+    heads = require_positive_int(num_heads, "num_heads", minimum=2)
+    eps = sp.symbols(f"varepsilon_1:{heads + 1}", real=True)
+    var = sp.symbols(f"V_1:{heads + 1}", positive=True)
+    cov = sp.Matrix(
+        heads, heads, lambda i, j: var[i] if i == j else sp.Symbol(f"C_{min(i, j) + 1}{max(i, j) + 1}", real=True)
+    )
+    var_avg = expectation((sum(eps) / heads) ** 2, eps, cov)
+    c_bar = sp.expand(sum(cov[i, j] for i in range(heads) for j in range(heads) if i != j) / (heads * (heads - 1)))
+    sq = sum((eps[i] - eps[j]) ** 2 for i in range(heads) for j in range(i + 1, heads))
+    spread = sp.expand(expectation(sq, eps, cov) / (heads * (heads - 1)))
+    return var_avg, c_bar, spread
 
 
 # --- heads on disjoint blocks: one grid point per target ---------------------------------

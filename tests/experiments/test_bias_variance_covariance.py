@@ -587,3 +587,259 @@ def test_combination_bandwidths(dtype, device):
 def test_engine_benchmark_runs_the_benchmark_size():
     bench = bvc.engine_benchmark(replicates=2, seed=4)
     assert bench.shape == (2, 8, 256) and bench.finite and bench.seconds > 0 and bench.threads >= 1
+
+
+# --- attention where it can smooth: LayerNorm'd tokens, QK-normalised heads ----------------------
+
+
+@pytest.fixture(scope="module")
+def cosine_small():
+    return bvc.cosine_design(
+        embed_dim=9,
+        max_num_heads=4,
+        n_eval=5,
+        noise_sd=1.0,
+        partial_angle_deg=30.0,
+        value_mix=0.5,
+        dtype=F64,
+        device="cpu",
+    )
+
+
+def test_centred_basis_is_orthonormal_and_orthogonal_to_one(dtype, device, tol):
+    c = bvc.centred_basis(6, dtype=dtype, device=device)
+    assert c.shape == (6, 5) and c.dtype == dtype and c.device.type == torch.device(device).type
+    torch.testing.assert_close(c.T @ c, torch.eye(5, dtype=dtype, device=device), **tol)
+    torch.testing.assert_close(c.sum(0), torch.zeros(5, dtype=dtype, device=device), **tol)
+    with pytest.raises(ValueError, match="embed_dim"):
+        bvc.centred_basis(1)
+
+
+def test_layer_norm_tokens_and_target_against_explicit_formulas():
+    x = torch.randn(7, 5, generator=_rng(1), dtype=F64)
+    xn = x.numpy()
+    ref = (xn - xn.mean(1, keepdims=True)) / np.sqrt(xn.var(1, keepdims=True) + 1e-5)  # torch's eps
+    t = bvc.layer_norm_tokens(x)
+    np.testing.assert_allclose(t.numpy(), ref, rtol=1e-12, atol=1e-12)
+    c = bvc.centred_basis(5, dtype=F64).numpy()
+    f_ref = (np.sin(2 * ref @ c[:, 0]) + np.sin(2 * ref @ c[:, 1])) / np.sqrt(2)
+    np.testing.assert_allclose(bvc.centred_target(t, torch.from_numpy(c)).numpy(), f_ref, rtol=1e-12, atol=1e-12)
+
+
+def test_cosine_design_matches_its_construction(cosine_small):
+    d, again = (
+        cosine_small,
+        bvc.cosine_design(
+            embed_dim=9,
+            max_num_heads=4,
+            n_eval=5,
+            noise_sd=1.0,
+            partial_angle_deg=30.0,
+            value_mix=0.5,
+            dtype=F64,
+            device="cpu",
+        ),
+    )
+    assert torch.equal(d.eval_points, again.eval_points) and torch.equal(d.mix, again.mix)
+    torch.testing.assert_close(d.eval_points.sum(1), torch.zeros(5, dtype=F64), atol=1e-12, rtol=0)  # LayerNorm'd
+    c = d.basis
+    for name, theta in zip(bvc.SHARED_FAMILIES, (0.0, math.radians(30.0), math.pi / 2), strict=True):
+        w_k, w_q, xi = d.heads[name]
+        for h in range(4):
+            frame = torch.stack([c[:, 0], c[:, 1], math.cos(theta) * c[:, 2] + math.sin(theta) * c[:, 3 + h]], 1)
+            torch.testing.assert_close(w_k[h], frame @ d.mix)
+            torch.testing.assert_close(w_q[h], frame @ torch.linalg.inv(d.mix).T)
+            assert not torch.allclose(w_q[h], w_k[h])  # W_Q != W_K
+            # the value direction: unit, orthogonal to 1, to the signal and to the head's frame
+            assert abs(float(xi[h].norm()) - 1) < 1e-12 and abs(float(xi[h].sum())) < 1e-12
+            assert float((frame.T @ xi[h]).abs().max()) < 1e-12
+    assert torch.equal(d.heads["identical"][2], d.heads["identical"][2][:1].expand(4, 9))
+    assert d.heads["independent data"] is d.heads["identical"]
+    assert math.isclose(d.zero_mse, float(d.target.pow(2).mean()))
+    with pytest.raises(ValueError, match="embed_dim"):
+        bvc.cosine_design(
+            embed_dim=7,
+            max_num_heads=4,
+            n_eval=5,
+            noise_sd=1.0,
+            partial_angle_deg=30.0,
+            value_mix=0.5,
+            dtype=F64,
+            device="cpu",
+        )
+
+
+def _explicit_cosine_head(d, t, y, family, h, tau):
+    """softmax(<q̂, k̂>/τ) v for one head and one training set, with numpy."""
+    w_k, w_q, xi = (a[h].numpy() for a in d.heads[family])
+    k, q = t @ w_k, d.eval_points.numpy() @ w_q
+    k, q = k / np.linalg.norm(k, axis=1, keepdims=True), q / np.linalg.norm(q, axis=1, keepdims=True)
+    s = q @ k.T / tau
+    w = np.exp(s - s.max(1, keepdims=True))
+    w /= w.sum(1, keepdims=True)
+    return w @ (y + 0.5 * t @ xi)
+
+
+def test_cosine_batch_against_an_explicit_softmax(cosine_small):
+    d = cosine_small
+    out = bvc.cosine_batch(d, n_train=12, replicates=3, temperature=0.2, seed=5, chunk=2)
+    assert all(out[n].shape == (3, 4, 5) for n in bvc.FAMILIES)
+    again = bvc.cosine_batch(d, n_train=12, replicates=3, temperature=0.2, seed=5, chunk=2)
+    assert all(torch.equal(out[n], again[n]) for n in bvc.FAMILIES)
+    # redraw the training sets as the function does: blocks of `chunk` replicates, a set per head
+    g = torch.Generator().manual_seed(5)
+    for start in (0, 2):
+        r = min(2, 3 - start)
+        x = torch.randn(r, 4, 12, 9, generator=g, dtype=F64)
+        t = bvc.layer_norm_tokens(x)
+        y = bvc.centred_target(t, d.basis) + torch.randn(r, 4, 12, generator=g, dtype=F64)
+        for j in range(r):
+            for h in range(4):
+                for fam in bvc.FAMILIES:
+                    s = h if fam == "independent data" else 0
+                    ref = _explicit_cosine_head(d, t[j, s].numpy(), y[j, s].numpy(), fam, h, 0.2)
+                    np.testing.assert_allclose(out[fam][start + j, h].numpy(), ref, rtol=1e-10, atol=1e-12)
+    # common random numbers: head 1 of independent data is the identical head (to rounding: another einsum)
+    torch.testing.assert_close(out["independent data"][:, 0], out["identical"][:, 0], rtol=1e-13, atol=1e-14)
+    # identical heads: the same estimator (to rounding: the heads go through one batched call)
+    torch.testing.assert_close(
+        out["identical"], out["identical"][:, :1].expand_as(out["identical"]), rtol=1e-13, atol=1e-14
+    )
+    with pytest.raises(ValueError, match="temperature"):
+        bvc.cosine_batch(d, n_train=12, replicates=3, temperature=0.0, seed=5)
+    with pytest.raises(ValueError, match="families"):
+        bvc.cosine_batch(d, n_train=12, replicates=3, temperature=0.2, seed=5, families=["other"])
+
+
+def test_select_temperature_is_the_argmin_on_the_validation_batch(cosine_small):
+    grid = bvc.temperature_grid(3)
+    assert math.isclose(grid[0], 0.01) and math.isclose(grid[-1], 0.5)
+    choice = bvc.select_temperature(cosine_small, grid=grid, n_train=20, replicates=4, seed=9)
+    ref = []
+    for tau in grid:
+        p = bvc.cosine_batch(cosine_small, n_train=20, replicates=4, temperature=tau, seed=9)["identical"][:, 0]
+        ref.append(float((p - cosine_small.target).pow(2).mean()))
+    np.testing.assert_allclose(choice.mse, ref, rtol=1e-12)
+    assert choice.temperature == grid[int(np.argmin(ref))]
+    with pytest.raises(ValueError, match="grid"):
+        bvc.select_temperature(cosine_small, grid=[0.1, -1.0], n_train=20, replicates=4, seed=9)
+
+
+def test_zero_predictor_table_and_beats_zero():
+    import pandas as pd
+
+    t = pd.DataFrame(dict(setting=["a", "a"], H=[1, 2], mse=[0.2, 0.1], mse_se=[0.02, 0.01]))
+    z = bvc.zero_predictor_table(t, 0.4)
+    np.testing.assert_allclose(z.removed, [0.5, 0.75])
+    np.testing.assert_allclose(z.removed_se, [0.05, 0.025])
+    with pytest.raises(ValueError, match="zero_mse"):
+        bvc.zero_predictor_table(t, 0.0)
+    batch = _equicorrelated(RHOS, replicates=50, heads=3, m=4)
+    target = torch.linspace(-1, 1, 4, dtype=F64)
+    ise = ((batch["identical"][:, 0] - target) ** 2).mean(1).numpy() - float((target**2).mean())
+    c = bvc.beats_zero(batch, target)
+    assert math.isclose(c.estimate, ise.mean(), rel_tol=1e-12)
+    assert math.isclose(c.se, ise.std(ddof=1) / math.sqrt(50), rel_tol=1e-10) and c.df == 49
+
+
+def test_variance_reduction_claim_against_numpy_and_the_equicorrelated_law():
+    heads, batch = 4, _equicorrelated(RHOS, replicates=4000, heads=4, m=3, seed=2)
+    vr = {}
+    for n in bvc.FAMILIES:
+        p = batch[n].numpy()
+        vr[n] = p[:, 0].var(0, ddof=1).mean() - p.mean(1).var(0, ddof=1).mean()
+    got = bvc.variance_reduction_claim(batch, groups=20)
+    ident, part, orth, indep = (vr[n] for n in bvc.FAMILIES)
+    np.testing.assert_allclose([c.estimate for c in got], [part - ident, orth - ident, indep - part, indep - orth])
+    # unit variances: the reduction is (1 − ρ)(1 − 1/H), so the steps are known
+    law = [(1 - r) * (1 - 1 / heads) for r in RHOS]
+    for c, ref in zip(got, [law[1] - law[0], law[2] - law[0], law[3] - law[1], law[3] - law[2]], strict=True):
+        assert abs(c.estimate - ref) < 5 * c.se and c.se > 0
+
+
+def _plug_in_terms(p, target):
+    """Plug-in bias² (no correction), unbiased variance and covariance terms of the uniform average (numpy)."""
+    avg = p.mean(1)
+    bias_plug = ((avg.mean(0) - target) ** 2).mean()
+    heads = p.shape[1]
+    cov = np.einsum("rhm,rkm->hkm", p - p.mean(0), p - p.mean(0)) / (p.shape[0] - 1)
+    variance = np.trace(cov, axis1=0, axis2=1).mean() / heads**2
+    covariance = (cov.sum((0, 1)) - np.trace(cov, axis1=0, axis2=1)).mean() / heads**2
+    return bias_plug, variance, covariance
+
+
+def test_term_agreement_against_a_loop_and_it_can_fail():
+    a = _equicorrelated(RHOS, replicates=400, heads=4, m=3, seed=3)
+    b = _equicorrelated(RHOS, replicates=400, heads=4, m=3, seed=4)
+    target = torch.zeros(3, dtype=F64)
+    got = bvc.term_agreement(a, b, target, group_size=2, groups=20)
+    for n in bvc.FAMILIES:
+        pa, pb = a[n].numpy(), b[n].numpy()
+        small = []
+        for q in pa.reshape(-1, 2, *pa.shape[1:]):
+            bias_plug, var, cov = _plug_in_terms(q, 0.0)
+            small.append([bias_plug - (var + cov) / 2, var, cov])  # unbiased: minus Var(average)/R
+        bias_b, var_b, cov_b = _plug_in_terms(pb, 0.0)
+        on_b = [bias_b - (var_b + cov_b) / 400, var_b, cov_b]
+        mse_b = ((pb.mean(1) - 0.0) ** 2).mean()
+        ref = (np.mean(small, 0) - on_b) / mse_b
+        mse_a = ((pa.mean(1) - 0.0) ** 2).mean()
+        ref = [*ref, (mse_a - mse_b) / mse_b]  # the terms add up on A and on B
+        np.testing.assert_allclose([c.estimate for c in got[n]], ref, rtol=1e-9, atol=1e-12)
+        assert all(abs(c.estimate) < 5 * c.se for c in got[n])  # unbiased: mean 0
+        # The plug-in squared bias from pairs is off by Var(average)/2: in units of the MSE beyond the ±15 % margin.
+        plug = (np.mean([_plug_in_terms(q, 0.0)[0] for q in pa.reshape(-1, 2, *pa.shape[1:])]) - on_b[0]) / mse_b
+        assert plug > 0.15 + 2 * got[n][0].se
+    with pytest.raises(ValueError, match="group_size"):
+        bvc.term_agreement(a, b, target, group_size=3, groups=20)
+
+
+def test_average_variance_bound_symbolically_and_numerically():
+    var_avg, c_bar, spread = bvc.average_variance_bound(4)
+    assert sp.expand(var_avg - (c_bar + spread / 4)) == 0
+    m = torch.randn(4, 6, generator=_rng(7), dtype=F64)
+    cov = (m @ m.T).numpy()  # any covariance matrix
+    subs = {sp.Symbol(f"V_{i + 1}", positive=True): cov[i, i] for i in range(4)}
+    subs.update({sp.Symbol(f"C_{i + 1}{j + 1}", real=True): cov[i, j] for i in range(4) for j in range(i + 1, 4)})
+    assert math.isclose(float(var_avg.subs(subs)), cov.sum() / 16, rel_tol=1e-12)
+    off = (cov.sum() - np.trace(cov)) / 12
+    assert math.isclose(float(c_bar.subs(subs)), off, rel_tol=1e-12)
+    assert math.isclose(float(spread.subs(subs)), np.trace(cov) / 4 - off, rel_tol=1e-12) and np.trace(cov) / 4 >= off
+    with pytest.raises(ValueError, match="num_heads"):
+        bvc.average_variance_bound(1)
+
+
+def test_shared_data_floor_proposition_by_enumeration():
+    """prop-shared-data-floor on a finite model, by brute force: every design and every noise sign pattern.
+
+    n = 3 inputs on {-1, 0, 1} (27 equally likely designs), Rademacher noise (mean 0, variance 1,
+    8 sign patterns), two Gaussian-kernel NW heads with different bandwidths at x = 0.3. The exact
+    covariance over all 216 outcomes must equal the noise part σ²E Σ w w' plus the design part
+    Cov_X(E[f̂|X]), both computed with nwlib.combination.conditional_moments; the noise part is > 0
+    (positive weights), and the design part is the population covariance of the conditional means.
+    """
+    from itertools import product
+
+    from nwlib.combination import conditional_moments
+
+    sigma, f = 0.7, (lambda x: np.sin(2 * x) + x)
+    designs = np.array(list(product([-1.0, 0.0, 1.0], repeat=3)))
+    signs = np.array(list(product([-1.0, 1.0], repeat=3)))
+
+    def weights(xs, h):
+        k = np.exp(-((0.3 - xs) ** 2) / (2 * h**2))
+        return k / k.sum()
+
+    w = np.stack([np.stack([weights(xs, h) for h in (0.4, 1.5)]) for xs in designs])  # (27, 2, 3)
+    outcomes = np.array([[w[g, k] @ (f(designs[g]) + sigma * e) for k in range(2)] for g in range(27) for e in signs])
+    exact = np.mean(outcomes[:, 0] * outcomes[:, 1]) - outcomes[:, 0].mean() * outcomes[:, 1].mean()
+    mean, noise = conditional_moments(
+        torch.from_numpy(w)[:, :, None, :], torch.from_numpy(f(designs)), sigma
+    )  # (27, 2, 1), (27, 2, 2, 1)
+    noise_part = float(noise[:, 0, 1, 0].mean())
+    m0, m1 = mean[:, 0, 0].numpy(), mean[:, 1, 0].numpy()
+    design_part = np.mean(m0 * m1) - m0.mean() * m1.mean()
+    assert math.isclose(exact, noise_part + design_part, rel_tol=1e-12)
+    assert noise_part > 0 and math.isclose(noise_part, sigma**2 * np.mean((w[:, 0] * w[:, 1]).sum(1)), rel_tol=1e-12)
+    # a wrong split (the noise part alone, or with the design covariance of the *weights*) would not match
+    assert not math.isclose(exact, noise_part, rel_tol=1e-3)
