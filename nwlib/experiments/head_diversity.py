@@ -58,8 +58,9 @@ from .._validation import (
 from ..angles import multiangle_heads, noise_covariance_factor, orthogonal_heads, signal_mass
 from ..decomposition import decompose
 from ..device import resolve_device
-from ..evidence import Comparison, estimate, mean, significant
+from ..evidence import Comparison, estimate, mean, significant, welch_df
 from ..evidence import fp_tolerance as _fp_tolerance
+from ..kernels import cosine_attention
 from ..montecarlo import simulate
 from ..subspaces import equiangular_heads, hdi, principal_angles, random_subspaces
 from ..sweep import require_point, run_sweep
@@ -70,27 +71,34 @@ __all__ = [
     "GROUPS",
     "QUANTITIES",
     "RIDGE",
+    "TEMPERATURES",
     "AttentionHeads",
     "Contest",
+    "CosineHeads",
     "Design",
     "Evaluation",
     "FamilyRun",
     "OrthogonalStudy",
     "PathSummary",
+    "Placements",
     "RandomHdiCheck",
     "SignalMass",
     "Surface",
+    "additive_bound",
     "additive_residual",
     "angle_accuracy",
     "angle_grid",
     "attention_heads",
     "best_family_contest",
     "contrast",
+    "cosine_heads",
+    "cosine_predictions",
     "count_moves",
     "ensemble_contributions",
     "evaluate",
     "first_order_noise_cov",
     "head_signal_variance",
+    "keep_signal_overlap",
     "keeps_signal",
     "make_design",
     "non_orthogonal_pool",
@@ -99,6 +107,7 @@ __all__ = [
     "pair_with_angles",
     "random_hdi_check",
     "random_hdi_point",
+    "random_placement_study",
     "random_rotation",
     "relative_change",
     "run_family",
@@ -106,7 +115,9 @@ __all__ = [
     "steps",
     "summarise_path",
     "two_angle_surface",
+    "wide_design",
     "xavier_key_heads",
+    "zero_evaluation",
 ]
 
 GROUPS = 10
@@ -300,7 +311,8 @@ def random_hdi_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
     -------
     dict
         ``embed_dim``, ``head_dim``, ``mean`` (the mean HDI), ``law`` (:math:`(D - d_k)/D`), ``gap`` and
-        ``se`` (the mean of HDI − law over the families and its standard error) and ``device``.
+        ``se`` (the mean of HDI − law over the families and its standard error), ``df`` (families − 1)
+        and ``device``.
     """
     require_point(point, _RANDOM_HDI_KEYS)
     D = require_positive_int(point["embed_dim"], "embed_dim")
@@ -324,6 +336,7 @@ def random_hdi_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
         "law": law,
         "gap": gap.estimate,
         "se": gap.se,
+        "df": gap.df,
         "device": str(dev),
     }
 
@@ -382,7 +395,7 @@ def random_hdi_check(
     results = run_sweep(
         random_hdi_point, points, seed=seed, executor=executor, device=device, progress=False, desc="random HDI"
     )
-    gaps = [estimate(r["gap"], r["se"]) for r in results]
+    gaps = [estimate(r["gap"], r["se"], r["df"]) for r in results]
     table = pd.DataFrame(
         [
             {
@@ -478,6 +491,82 @@ def head_signal_variance(c: float) -> float:
     """
     c = require_real(c, "c", minimum=0.0, maximum=1.0)
     return c**2 * (1 / 4 + 2 * math.exp(-2)) + math.exp(-4) * math.sinh(4 * c**2)
+
+
+def additive_bound(coefficients: Sequence[float], masses: Sequence[float]) -> float:
+    r"""What no sum of functions of pairwise orthogonal heads can explain of :math:`g(x_1)`.
+
+    For :math:`g = \sum_{k\ge1} a_k \mathrm{He}_k/\sqrt{k!}` (a constant term does not matter) and pairwise
+    orthogonal heads with signal shares :math:`c_h^2` (``masses``), every
+    :math:`F(x) = \sum_h \varphi_h(Q_h^\top x)` has
+    :math:`\int (f - F)^2\,d\mu \ge \sum_k a_k^2 \big(1 - \sum_h c_h^{2k}\big)`, with equality for the best
+    additive F (the chapter's proposition ``prop-orth-signal`` (b)). The bound is 0 exactly when some
+    :math:`c_h = 1`, or when :math:`a_k = 0` for every k >= 2 and (:math:`a_1 = 0` or :math:`\sum_h c_h^2 = 1`).
+
+    Parameters
+    ----------
+    coefficients : sequence of float
+        :math:`a_1, a_2, \dots` (:math:`a_k` multiplies the normalised Hermite polynomial of degree k).
+    masses : sequence of float
+        :math:`c_h^2 \in [0, 1]` with :math:`\sum_h c_h^2 \le 1` (Bessel's inequality for orthogonal heads).
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    TypeError, ValueError
+        If a coefficient or mass is not real, a mass lies outside [0, 1], or the masses sum to more than 1.
+
+    Examples
+    --------
+    >>> additive_bound([1.0], [0.5, 0.5])  # linear g, e_1 in the sum of the heads: nothing left
+    0.0
+    >>> round(additive_bound([1.0], [0.3, 0.3]), 12)  # linear g, e_1 partly outside: 1 - 0.6
+    0.4
+    >>> additive_bound([0.0, 1.0], [0.5, 0.5])  # He_2, e_1 in the sum but in no single head
+    0.5
+    """
+    if isinstance(coefficients, (str, bytes)) or not isinstance(coefficients, Sequence) or not coefficients:
+        raise TypeError("coefficients must be a non-empty sequence of real numbers")
+    if isinstance(masses, (str, bytes)) or not isinstance(masses, Sequence) or not masses:
+        raise TypeError("masses must be a non-empty sequence of real numbers")
+    a = [require_real(x, f"coefficients[{i}]") for i, x in enumerate(coefficients)]
+    c2 = [require_real(x, f"masses[{i}]", minimum=0.0, maximum=1.0) for i, x in enumerate(masses)]
+    if sum(c2) > 1 + 1e-12:
+        raise ValueError(f"masses must sum to at most 1 (Bessel), got {sum(c2)}")
+    return float(sum(ak**2 * (1 - sum(m**k for m in c2)) for k, ak in enumerate(a, start=1)))
+
+
+def keep_signal_overlap(head_dim: int, signal_dim: int) -> tuple[float, float]:
+    r"""The refined optimum's overlap: heads that all keep s signal directions, the rest pairwise orthogonal.
+
+    Then :math:`Q_h^\top Q_{h'}` has s unit and :math:`d_k - s` zero singular values for every pair, so the
+    normalised cross-Gram term is :math:`\lVert Q_h^\top Q_{h'}\rVert_F^2/d_k = s/d_k` and the invariant
+    HDI is :math:`(d_k - s)/d_k`.
+
+    Parameters
+    ----------
+    head_dim : int
+        d_k.
+    signal_dim : int
+        s, 0 <= s <= d_k.
+
+    Returns
+    -------
+    (float, float)
+        The normalised cross-Gram term and the HDI.
+
+    Examples
+    --------
+    >>> keep_signal_overlap(64, 3)
+    (0.046875, 0.953125)
+    """
+    k = require_positive_int(head_dim, "head_dim")
+    if isinstance(signal_dim, bool) or not isinstance(signal_dim, int) or not 0 <= signal_dim <= k:
+        raise ValueError(f"signal_dim must be an int in [0, head_dim={k}], got {signal_dim!r}")
+    return signal_dim / k, (k - signal_dim) / k
 
 
 def additive_residual(task: RegressionTask, key_projections: Tensor, points: Tensor, weight: float = 1.0) -> Tensor:
@@ -617,6 +706,8 @@ class FamilyRun:
     ls: Evaluation | None = None
     weights: Tensor | None = field(default=None, repr=False)
     """The fitted output weights, shape (H,), float64 CPU."""
+    temperature: dict[str, float] = field(default_factory=dict)
+    """For :class:`CosineHeads`: the temperature each weighting chose on the fitting batch."""
 
     def __getitem__(self, key: str) -> Evaluation:
         part = {"uniform": self.uniform, "ls": self.ls}.get(key)
@@ -727,6 +818,196 @@ def attention_heads(
     values[:, -1] = 0.5 + torch.rand(H, generator=generator, dtype=_F64)
     values[:, :-1] = 0.1 / math.sqrt(D) * torch.randn(H, D, generator=generator, dtype=_F64)
     return AttentionHeads(scales, rotations, values)
+
+
+TEMPERATURES: tuple[float, ...] = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+"""The temperatures τ that QK-normalised heads choose from on the fitting batch (bandwidths √τ from 0.14 to 1.4
+radians on the sphere of directions): from a few neighbours to almost a global average."""
+
+_COSINE_CHUNK = 16  # replicates drawn and processed at a time (fixed: the data do not depend on memory)
+
+
+@dataclass(frozen=True, eq=False)
+class CosineHeads:
+    r"""Heads of QK-normalised attention on LayerNorm'd tokens (:func:`cosine_heads`).
+
+    Tokens :math:`\tilde x = \mathrm{LayerNorm}(x)` (no affine part); head h has keys
+    :math:`k_i = Q_h^\top\tilde x_i`, queries :math:`q = R_h^\top Q_h^\top\tilde z` (so
+    :math:`W_Q^h = W_K^h R_h \ne W_K^h`, the same range), values
+    :math:`v_{hi} = \gamma_h y_i + \delta_h^\top\tilde x_i` and weights
+    :math:`\mathrm{softmax}(\langle\hat q, \hat k_i\rangle/\tau_h)` (:func:`nwlib.cosine_attention`), with the
+    temperature chosen from :attr:`temperatures` on the fitting batch, never on the points a finding is
+    checked on.
+    """
+
+    rotations: Tensor
+    """:math:`R_h`, shape (H, d_k, d_k), float64, orthogonal."""
+    value_projections: Tensor
+    r""":math:`(\delta_h, \gamma_h)`, shape (H, D + 1), float64."""
+    temperatures: tuple[float, ...] = TEMPERATURES
+    """The candidate temperatures."""
+    homogeneous: bool = False
+    """Whether every head is the same estimator in its own coordinates (one R, γ = 1, δ = 0)."""
+
+
+def cosine_heads(
+    num_heads: int,
+    head_dim: int,
+    embed_dim: int,
+    *,
+    generator: torch.Generator,
+    rotation_angle: float = math.pi / 16,
+    homogeneous: bool = False,
+    temperatures: Sequence[float] = TEMPERATURES,
+) -> CosineHeads:
+    r"""The chapter's QK-normalised attention heads (our choices, fixed before the run).
+
+    Heterogeneous (default): per head a query rotation :math:`R_h` by ``rotation_angle`` about a random axis
+    (:func:`random_rotation`), values :math:`\gamma_h y + \delta_h^\top\tilde x` with :math:`\gamma_h`
+    uniform on [0.5, 1.5] and :math:`\delta_h \sim N(0, 0.01 I_D/D)`; the generator draws the rotations, then
+    the γ, then the δ (as :func:`attention_heads`). Homogeneous: one rotation for all heads, :math:`\gamma = 1`,
+    :math:`\delta = 0`, so that along the chapter's coordinate-block paths every head is the same estimator
+    in its own coordinates (a permutation of coordinates maps one head onto another and commutes with
+    LayerNorm).
+
+    Parameters
+    ----------
+    num_heads, head_dim, embed_dim : int
+    generator : torch.Generator
+        On the CPU.
+    rotation_angle : float, default π/16
+    homogeneous : bool, default False
+    temperatures : sequence of float, default :data:`TEMPERATURES`
+
+    Returns
+    -------
+    CosineHeads
+    """
+    H = require_positive_int(num_heads, "num_heads")
+    k = require_positive_int(head_dim, "head_dim", minimum=2)
+    D = require_positive_int(embed_dim, "embed_dim")
+    require_generator(generator, _CPU)
+    if not isinstance(homogeneous, bool):
+        raise TypeError(f"homogeneous must be a bool, got {type(homogeneous).__name__}")
+    if isinstance(temperatures, (str, bytes)) or not isinstance(temperatures, Sequence) or not temperatures:
+        raise TypeError("temperatures must be a non-empty sequence of positive numbers")
+    taus = tuple(require_positive_finite(t, "temperatures") for t in temperatures)
+    values = torch.zeros(H, D + 1, dtype=_F64)
+    if homogeneous:
+        rotations = random_rotation(k, rotation_angle, generator).expand(H, k, k).clone()
+        values[:, -1] = 1.0
+    else:
+        rotations = torch.stack([random_rotation(k, rotation_angle, generator) for _ in range(H)])
+        values[:, -1] = 0.5 + torch.rand(H, generator=generator, dtype=_F64)
+        values[:, :-1] = 0.1 / math.sqrt(D) * torch.randn(H, D, generator=generator, dtype=_F64)
+    return CosineHeads(rotations, values, taus, homogeneous)
+
+
+def cosine_predictions(
+    task: RegressionTask,
+    key_ranges: Tensor,
+    heads: CosineHeads,
+    points: Tensor,
+    *,
+    n: int,
+    replicates: int,
+    generator: torch.Generator,
+    temperatures: Sequence[float],
+) -> Tensor:
+    r"""Predictions of QK-normalised attention heads on LayerNorm'd tokens over R training sets, per temperature.
+
+    Replicates are drawn in chunks of 16 (``task.sample``, inputs then noise, float64 then cast), so the data
+    depend only on the generator. For training set r, head h and temperature τ the prediction at point z is
+    :func:`nwlib.cosine_attention` with queries :math:`R_h^\top Q_h^\top\tilde z`, keys
+    :math:`Q_h^\top\tilde x_i` and values :math:`\gamma_h y_i + \delta_h^\top\tilde x_i`,
+    :math:`\tilde x = \mathrm{LayerNorm}(x)` (``torch.nn.functional.layer_norm(x, (D,))``).
+
+    Parameters
+    ----------
+    task : RegressionTask
+    key_ranges : Tensor, shape (H, D, d_k)
+        Orthonormal bases of the key ranges; dtype and device of the simulation.
+    heads : CosineHeads
+    points : Tensor, shape (m, D)
+    n, replicates : int
+    generator : torch.Generator
+        On the device of ``points``.
+    temperatures : sequence of float
+        τ > 0, one slice of the result each.
+
+    Returns
+    -------
+    Tensor, shape (T, R, H, m)
+    """
+    if not isinstance(heads, CosineHeads):
+        raise TypeError(f"heads must be CosineHeads (cosine_heads), got {type(heads).__name__}")
+    Q = require_tensor(key_ranges, "key_ranges", min_dim=3)
+    z = require_tensor(points, "points", min_dim=2)
+    H, D, k = Q.shape
+    if heads.rotations.shape != (H, k, k) or z.shape[-1] != D or task.embed_dim != D:
+        raise ValueError(
+            f"key_ranges (H, D, d_k) = {tuple(Q.shape)} must match the heads' rotations "
+            f"{tuple(heads.rotations.shape)}, the points' D = {z.shape[-1]} and the task's D = {task.embed_dim}"
+        )
+    n = require_positive_int(n, "n")
+    R = require_positive_int(replicates, "replicates")
+    if isinstance(temperatures, (str, bytes)) or not isinstance(temperatures, Sequence) or not temperatures:
+        raise TypeError("temperatures must be a non-empty sequence of positive numbers")
+    taus = [require_positive_finite(t, "temperatures") for t in temperatures]
+    dtype, dev = z.dtype, z.device
+    W_q = Q @ heads.rotations.to(dtype=dtype, device=dev)
+    w_v = heads.value_projections.to(dtype=dtype, device=dev)
+    queries = torch.nn.functional.layer_norm(z, (D,)) @ W_q  # (H, m, d_k)
+    out = torch.empty(len(taus), R, H, z.shape[0], dtype=dtype, device=dev)
+    with torch.no_grad():
+        for start in range(0, R, _COSINE_CHUNK):
+            stop = min(start + _COSINE_CHUNK, R)
+            x, y = task.sample((stop - start,), n, generator=generator, dtype=dtype, device=dev)
+            xt = torch.nn.functional.layer_norm(x, (D,))
+            keys = torch.einsum("rnd,hdk->rhnk", xt, Q)
+            values = w_v[None, :, -1, None] * y[:, None, :] + torch.einsum("rnd,hd->rhn", xt, w_v[:, :-1])
+            for t, tau in enumerate(taus):
+                out[t, start:stop] = cosine_attention(queries, keys, values, temperature=tau)
+    return out
+
+
+def zero_evaluation(target: Tensor, replicates: int) -> Evaluation:
+    r"""The zero predictor as an :class:`Evaluation` on the same points, for :func:`contrast`.
+
+    Its squared error at point j is :math:`f(z_j)^2` in every replicate (its integrated MSE is
+    :math:`\int f^2 d\mu` on the points), with no covariance and no spread, so that
+    ``contrast((1, zero, "err"), (-1, part, "err"))`` is how much of it an estimator removes, with the
+    standard error over the training sets and the points.
+
+    Parameters
+    ----------
+    target : Tensor, shape (m,)
+        f at the points.
+    replicates : int
+        R of the runs it is compared with.
+
+    Returns
+    -------
+    Evaluation
+    """
+    f = require_tensor(target, "target", min_dim=1).double().cpu()
+    R = require_positive_int(replicates, "replicates", minimum=2)
+    if f.dim() != 1 or f.numel() < 2:
+        raise ValueError(f"target must have shape (m,) with m >= 2, got {tuple(f.shape)}")
+    sq = f**2
+    level = float(sq.mean())
+    se = float(sq.std()) / math.sqrt(f.numel())
+    zeros_r, zeros_m = torch.zeros(R, dtype=_F64), torch.zeros_like(sq)
+    row = {"MSE": level, "MSE SE": 0.0, "bias^2": level, "bias^2 SE": 0.0, "variance": 0.0}
+    row |= {"variance SE": 0.0, "covariance": 0.0, "covariance SE": 0.0, "mean corr": float("nan")}
+    per_replicate = {
+        "err": torch.full((R,), level, dtype=_F64),
+        "cov": zeros_r,
+        "bias": torch.full((R,), level, dtype=_F64),
+        "spread": zeros_r,
+    }
+    per_point = {"err": sq, "cov": zeros_m, "bias": sq, "spread": zeros_m}
+    return Evaluation(row, {"MSE": se, "bias^2": se}, per_replicate, per_point, {}, target.dtype)
 
 
 @dataclass(frozen=True, eq=False)
@@ -882,6 +1163,99 @@ def make_design(
     )
 
 
+def wide_design(head_dim: int, *, num_heads: int, **sizes: Any) -> Design:
+    """A :func:`make_design` for path (i) with wider heads: the smallest D that :func:`nwlib.equiangular_heads` allows.
+
+    Path (i) keeps one shared direction and turns :math:`d_k - 1` others apart, which needs
+    :math:`D = 1 + (H + 1)(d_k - 1)` coordinates (36 for d_k = 8 and H = 4, 76 for d_k = 16).
+
+    Parameters
+    ----------
+    head_dim : int
+        d_k >= 2.
+    num_heads : int
+    **sizes
+        The other keyword arguments of :func:`make_design` (not ``embed_dim``).
+
+    Returns
+    -------
+    Design
+    """
+    k = require_positive_int(head_dim, "head_dim", minimum=2)
+    H = require_positive_int(num_heads, "num_heads", minimum=2)
+    if "embed_dim" in sizes:
+        raise TypeError("wide_design chooses embed_dim itself; do not pass it")
+    return make_design(embed_dim=1 + (H + 1) * (k - 1), num_heads=H, head_dim=k, **sizes)
+
+
+class Placements(NamedTuple):
+    """Random placements of one path of families (:func:`random_placement_study`)."""
+
+    mse: Tensor
+    """Shape (N, T): the integrated MSE (weights 1/H) of placement j at angle t, float64."""
+    hdi: list[float]
+    """The HDI at each angle (a rotation of all heads together does not change it)."""
+
+
+def random_placement_study(
+    thetas: Sequence[float],
+    *,
+    placements: int,
+    shared_dim: int = 0,
+    seed: int,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    **sizes: Any,
+) -> Placements:
+    r"""The MSE along a path of families in expectation over where the family sits: one Haar rotation per draw.
+
+    Placement j draws a Haar-random orthogonal O of :math:`\mathbb{R}^D` and a design of its own (training sets,
+    evaluation and fitting points: :func:`make_design` with seed ``seed + 100 + 10 j``), and runs the families
+    :math:`O Q_h(\theta)` of :meth:`Design.path_heads` at every angle on it (Gaussian surrogate, weights 1/H). A
+    rotation of all heads together keeps every principal angle, hence the HDI, but moves the signal direction
+    relative to the heads, so the N placements are independent draws of (placement, training sets, points) and
+    their spread is the standard error of the expected MSE at a given HDI.
+
+    Parameters
+    ----------
+    thetas : sequence of float
+        The angles of the path.
+    placements : int
+        N >= 2.
+    shared_dim : int, default 0
+        As :meth:`Design.path_heads`.
+    seed : int
+    device, dtype
+        Of the simulation.
+    **sizes
+        The other keyword arguments of :func:`make_design`.
+
+    Returns
+    -------
+    Placements
+    """
+    N = require_positive_int(placements, "placements", minimum=2)
+    seed = _require_seed(seed)
+    if isinstance(thetas, (str, bytes)) or not isinstance(thetas, Sequence) or not thetas:
+        raise TypeError("thetas must be a non-empty sequence of angles")
+    angles = [require_real(t, f"thetas[{i}]") for i, t in enumerate(thetas)]
+    mse = torch.zeros(N, len(angles), dtype=_F64)
+    index: list[float] = []
+    for j in range(N):
+        seed_j = seed + 100 + 10 * j
+        design = make_design(**sizes, seed=seed_j, device=device, dtype=dtype)
+        rotation = random_subspaces(
+            1, design.embed_dim, design.embed_dim, generator=torch.Generator().manual_seed(seed_j)
+        )
+        rotation = rotation[0].to(dtype=design.dtype, device=design.device)
+        for t, theta in enumerate(angles):
+            run = run_family(design, rotation @ design.path_heads(theta, shared_dim))
+            mse[j, t] = float(run.uniform.per_replicate["err"].mean())
+            if j == 0:
+                index.append(run.hdi)
+    return Placements(mse, index)
+
+
 def ensemble_contributions(predictions: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
     r"""Per replicate, the covariance term and the spread of a weighted ensemble, averaged over the points.
 
@@ -967,7 +1341,7 @@ def run_family(
     design: Design,
     key_projections: Tensor,
     *,
-    attention: AttentionHeads | None = None,
+    attention: AttentionHeads | CosineHeads | None = None,
     fit: bool = False,
     fresh: bool = False,
     bandwidth: float | None = None,
@@ -987,9 +1361,12 @@ def run_family(
     design : Design
     key_projections : Tensor, shape (H, D, d_k)
         The key ranges (for ``attention``, the ranges that the keys scale).
-    attention : AttentionHeads, optional
-        Attention's heads (exponential kernel, own queries and values); default the Gaussian surrogate
-        with the engine's default bandwidth.
+    attention : AttentionHeads or CosineHeads, optional
+        Attention's heads: :class:`AttentionHeads` (the unnormalised exponential kernel on raw inputs, own
+        queries and values) or :class:`CosineHeads` (QK-normalised attention on LayerNorm'd tokens, each
+        weighting at the temperature that does best on the fitting batch: the uniform average's validation
+        error, or the least-squares fit's error there; the jackknife of the fitted weights keeps that
+        temperature); default the Gaussian surrogate with the engine's default bandwidth.
     fit : bool, default False
     fresh : bool, default False
     bandwidth : float, optional
@@ -1006,6 +1383,10 @@ def run_family(
     Q = require_tensor(key_projections, "key_projections", min_dim=3)
     if Q.dim() != 3 or Q.shape[1] != design.embed_dim:
         raise ValueError(f"key_projections must have shape (H, D={design.embed_dim}, d_k), got {tuple(Q.shape)}")
+    if isinstance(attention, CosineHeads):
+        if bandwidth is not None or head_data != "shared":
+            raise ValueError("bandwidth and head_data apply to the engine's heads, not to CosineHeads")
+        return _run_cosine_family(design, Q, attention, fit=fit, fresh=fresh)
     task, dev, dtype = design.task, design.device, design.dtype
     W, extra = (Q, {}) if attention is None else attention.projections(Q, dtype=dtype, device=dev)
     extra = {
@@ -1041,10 +1422,17 @@ def run_family(
         generator=torch.Generator(device=dev).manual_seed(design.seed + _SEED_FIT),
         **extra,
     ).double()
-    y_fit = design.fit_responses.double()
+    ls, alpha = _least_squares_part(pred, target, pred_fit, design.fit_responses.double())
+    return FamilyRun(index, uniform_part, ls, alpha)
+
+
+def _least_squares_part(pred: Tensor, target: Tensor, pred_fit: Tensor, y_fit: Tensor) -> tuple[Evaluation, Tensor]:
+    """Least-squares output weights fitted on the fitting batch, scored on ``pred``, with the batch's jackknife."""
+    dtype, dev = pred.dtype, pred.device
+    heads, reps_fit = pred.shape[1], pred_fit.shape[0]
     alpha = least_squares_weights(pred_fit, y_fit, ridge=RIDGE).to(dtype)
     ls = evaluate(pred, alpha, target)
-    group = torch.arange(design.replicates_fit, device=dev) // (design.replicates_fit // GROUPS)
+    group = torch.arange(reps_fit, device=dev) // (reps_fit // GROUPS)
     leave_out = {q: torch.zeros(GROUPS, dtype=_F64) for q in ("err", "cov")}
     for g in range(GROUPS):
         alpha_g = least_squares_weights(pred_fit[group != g], y_fit[group != g], ridge=RIDGE).to(dtype)
@@ -1058,7 +1446,55 @@ def run_family(
     ridge = RIDGE * gram.diagonal().mean() * torch.eye(heads, dtype=_F64, device=gram.device)
     condition = float(torch.linalg.cond(gram + ridge))
     ls = dataclasses.replace(ls, se=se, leave_out=leave_out, condition=condition)
-    return FamilyRun(index, uniform_part, ls, alpha.double().cpu())
+    return ls, alpha.double().cpu()
+
+
+def _run_cosine_family(design: Design, Q: Tensor, heads: CosineHeads, *, fit: bool, fresh: bool) -> FamilyRun:
+    """:func:`run_family` for QK-normalised heads: temperatures chosen on the fitting batch, then scored."""
+    task, dev, dtype = design.task, design.device, design.dtype
+    Q = Q.to(dtype=dtype, device=dev)
+    taus = list(heads.temperatures)
+    n = design.n_train
+    pred_fit = cosine_predictions(
+        task,
+        Q,
+        heads,
+        design.fit_points,
+        n=n,
+        replicates=design.replicates_fit,
+        generator=torch.Generator(device=dev).manual_seed(design.seed + _SEED_FIT),
+        temperatures=taus,
+    ).double()
+    y_fit = design.fit_responses.double()
+    chosen = {"uniform": taus[int(((pred_fit.mean(2) - y_fit) ** 2).mean((1, 2)).argmin())]}
+    if fit:
+        errors = []
+        for p in pred_fit:
+            a = least_squares_weights(p, y_fit, ridge=RIDGE)
+            errors.append(float((torch.einsum("h,rhm->rm", a, p) - y_fit).pow(2).mean()))
+        chosen["ls"] = taus[int(np.argmin(errors))]
+    main = sorted(set(chosen.values()))
+    points = design.fresh_points if fresh else design.eval_points
+    pred_all = cosine_predictions(
+        task,
+        Q,
+        heads,
+        points,
+        n=n,
+        replicates=design.replicates_confirm if fresh else design.replicates,
+        generator=torch.Generator(device=dev).manual_seed(design.seed + (_SEED_FRESH if fresh else _SEED_MAIN)),
+        temperatures=main,
+    )
+    target = task.f(points)
+    H = Q.shape[0]
+    uniform = torch.full((H,), 1 / H, dtype=dtype, device=dev)
+    index = float(hdi(Q.double()))
+    uniform_part = evaluate(pred_all[main.index(chosen["uniform"])], uniform, target)
+    if not fit:
+        return FamilyRun(index, uniform_part, temperature=chosen)
+    pred = pred_all[main.index(chosen["ls"])]
+    ls, alpha = _least_squares_part(pred, target, pred_fit[taus.index(chosen["ls"])], y_fit)
+    return FamilyRun(index, uniform_part, ls, alpha, temperature=chosen)
 
 
 # --- contrasts -----------------------------------------------------------------------------------
@@ -1099,6 +1535,10 @@ def contrast(*terms: tuple[float, Evaluation, str]) -> Comparison:
       formula) of the contrast recomputed with each group's refitted weights (a term without fitted weights
       contributes its mean, a constant).
 
+    The standard error's degrees of freedom combine those of the parts (R − 1, m − 1 and G − 1) by
+    Welch–Satterthwaite (:func:`nwlib.evidence.welch_df`), so that the findings' Student t is as wide as
+    the fewest draws make it.
+
     Parameters
     ----------
     *terms : (float, Evaluation, str)
@@ -1114,14 +1554,15 @@ def contrast(*terms: tuple[float, Evaluation, str]) -> Comparison:
     series = _combine(terms, lambda part, q: part.per_replicate[q])
     points = _combine(terms, lambda part, q: part.per_point[q])
     over_sets = mean(series)
-    var = over_sets.se**2 + float(points.var()) / points.numel()
+    parts = [(over_sets.se**2, over_sets.df), (float(points.var()) / points.numel(), points.numel() - 1)]
     if any(q in part.leave_out for _, part, q in terms):
         # a term without fitted weights contributes its mean, the same in every group
         theta = _combine(
             terms, lambda part, q: part.leave_out[q] if q in part.leave_out else part.per_replicate[q].mean()
         )
-        var += float(jackknife_se(theta)) ** 2
-    return estimate(over_sets.estimate, math.sqrt(var))
+        parts.append((float(jackknife_se(theta)) ** 2, theta.numel() - 1))
+    var = sum(v for v, _ in parts)
+    return estimate(over_sets.estimate, math.sqrt(var), welch_df(*parts))
 
 
 def steps(parts: Sequence[Evaluation], quantity: str = "err") -> list[Comparison]:
@@ -1136,7 +1577,7 @@ def relative_change(a: Evaluation, b: Evaluation, quantity: str = "err") -> Comp
     """
     ratio = float(a.per_replicate[quantity].mean() / b.per_replicate[quantity].mean())
     c = contrast((1, a, quantity), (-ratio, b, quantity))
-    return estimate(ratio - 1, c.se / float(b.per_replicate[quantity].mean()))
+    return estimate(ratio - 1, c.se / float(b.per_replicate[quantity].mean()), c.df)
 
 
 def count_moves(comparisons: Sequence[Comparison]) -> tuple[int, int]:
@@ -1357,8 +1798,10 @@ def orthogonal_study(
         ):
             r2 = additive_residual(design.task, Q, design.eval_points, weight).pow(2)
             gap = part.per_point["err"] - r2
-            se = math.hypot(part.row["MSE SE"], float(gap.std()) / math.sqrt(design.n_eval))
-            gaps.append(estimate(float(gap.mean()), se))
+            parts = [(part.row["MSE SE"] ** 2, part.per_replicate["err"].numel() - 1)]
+            parts.append((float(gap.var()) / design.n_eval, design.n_eval - 1))
+            se = math.sqrt(sum(v for v, _ in parts))
+            gaps.append(estimate(float(gap.mean()), se, welch_df(*parts)))
             if column:
                 row[column] = float(r2.mean())
         rows.append(row)
@@ -1423,7 +1866,7 @@ def best_family_contest(
     orthogonal: Mapping[str, tuple[Tensor, FamilyRun]],
     pool: Mapping[str, tuple[Tensor, FamilyRun]],
     weights: str,
-    attention: AttentionHeads | None = None,
+    attention: AttentionHeads | CosineHeads | None = None,
 ) -> Contest:
     """The best of each side of HDI = 1, chosen on the main runs, compared again on fresh data.
 

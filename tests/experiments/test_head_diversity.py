@@ -15,7 +15,7 @@ import scipy.linalg
 import torch
 from scipy.stats import rankdata
 
-from nwlib import decompose, hdi, make_task, replicate_mse, simulate
+from nwlib import decompose, hdi, make_task, random_subspaces, replicate_mse, simulate
 from nwlib.evidence import Comparison, estimate
 from nwlib.experiments import head_diversity as hd
 
@@ -506,3 +506,194 @@ def test_non_orthogonal_pool_and_the_contest():
     assert contest.hdi_other == pool[contest.other][1].hdi
     with pytest.raises(ValueError, match="weights"):
         hd.best_family_contest(design, orthogonal, pool, "fitted")
+
+
+# --- issue 19: QK-normalised heads, the zero predictor, the additive bound, degrees of freedom ------------------
+
+
+def test_cosine_predictions_match_an_explicit_softmax_loop():
+    task = make_task("single_index", 6, noise_sd=0.5)
+    from nwlib import equiangular_heads
+
+    Q = equiangular_heads(0.7, num_heads=2, head_dim=2, embed_dim=6, shared_dim=1, dtype=F64)
+    heads = hd.cosine_heads(2, 2, 6, generator=_gen(3))
+    z = torch.randn(5, 6, generator=_gen(4), dtype=F64)
+    out = hd.cosine_predictions(task, Q, heads, z, n=7, replicates=3, generator=_gen(5), temperatures=[0.1, 1.0])
+    assert out.shape == (2, 3, 2, 5)
+    x, y = task.sample((3,), 7, generator=_gen(5), dtype=F64)  # the same draw: one chunk
+    ln = lambda v: (v - v.mean(-1, keepdim=True)) / torch.sqrt(v.var(-1, unbiased=False, keepdim=True) + 1e-5)  # noqa: E731
+    for t, tau in enumerate((0.1, 1.0)):
+        for r in range(3):
+            for h in range(2):
+                k = ln(x[r]) @ Q[h]
+                q = ln(z) @ Q[h] @ heads.rotations[h]
+                k, q = k / k.norm(dim=-1, keepdim=True), q / q.norm(dim=-1, keepdim=True)
+                v = heads.value_projections[h, -1] * y[r] + ln(x[r]) @ heads.value_projections[h, :-1]
+                ref = torch.softmax(q @ k.T / tau, dim=-1) @ v
+                torch.testing.assert_close(out[t, r, h], ref)
+
+
+def test_cosine_heads_homogeneous_and_bad_input():
+    homog = hd.cosine_heads(3, 3, 16, generator=_gen(1), homogeneous=True)
+    assert torch.equal(homog.rotations[0], homog.rotations[2])
+    assert torch.equal(homog.value_projections[:, -1], torch.ones(3, dtype=F64))
+    assert not homog.value_projections[:, :-1].any()
+    hetero = hd.cosine_heads(3, 3, 16, generator=_gen(1))
+    assert not torch.equal(hetero.rotations[0], hetero.rotations[1])
+    with pytest.raises(ValueError, match="temperatures"):
+        hd.cosine_heads(3, 3, 16, generator=_gen(1), temperatures=[0.1, -1.0])
+    with pytest.raises(TypeError, match="homogeneous"):
+        hd.cosine_heads(3, 3, 16, generator=_gen(1), homogeneous=1)
+
+
+def test_homogeneous_cosine_heads_are_one_estimator_in_their_own_coordinates():
+    # a permutation of coordinates that maps head 0 of a path-(i) family onto head 1 commutes with LayerNorm and
+    # leaves N(0, I) and f invariant: the heads' expected squared errors agree (equal in law; here: up to MC error)
+    d = _design(embed_dim=16, num_heads=2, head_dim=3, n_train=60, n_eval=64, replicates=40)
+    heads = hd.cosine_heads(2, 3, 16, generator=_gen(2), homogeneous=True)
+    Q = d.path_heads(1.2, 1)
+    pred = hd.cosine_predictions(
+        d.task, Q, heads, d.eval_points, n=60, replicates=40, generator=_gen(6), temperatures=[0.2]
+    )
+    err = (pred[0] - d.task.f(d.eval_points)).pow(2).mean(-1)  # (R, H)
+    gap = (err[:, 0] - err[:, 1]).double()
+    assert abs(float(gap.mean())) < 4 * float(gap.std()) / math.sqrt(40) + 1e-6
+
+
+def test_cosine_family_picks_a_temperature_on_the_fitting_batch_and_is_deterministic():
+    d = _design(embed_dim=16, num_heads=2, head_dim=3, n_train=40, n_eval=24, replicates=6)
+    heads = hd.cosine_heads(2, 3, 16, generator=_gen(2))
+    Q = d.path_heads(0.5, 1)
+    a = hd.run_family(d, Q, attention=heads, fit=True)
+    b = hd.run_family(d, Q, attention=heads, fit=True)
+    assert set(a.temperature) == {"uniform", "ls"} and a.temperature["uniform"] in hd.TEMPERATURES
+    assert a.uniform.row == b.uniform.row and torch.equal(a.weights, b.weights)
+    # the uniform choice minimises the validation error on the fitting batch (an explicit loop over the grid)
+    pf = hd.cosine_predictions(
+        d.task,
+        Q,
+        heads,
+        d.fit_points,
+        n=40,
+        replicates=d.replicates_fit,
+        generator=_gen(d.seed + 5),
+        temperatures=list(hd.TEMPERATURES),
+    ).double()
+    val = [float(((p.mean(1) - d.fit_responses.double()) ** 2).mean()) for p in pf]
+    assert a.temperature["uniform"] == hd.TEMPERATURES[int(np.argmin(val))]
+    with pytest.raises(ValueError, match="bandwidth"):
+        hd.run_family(d, Q, attention=heads, bandwidth=0.5)
+
+
+def test_zero_evaluation_contrast_is_the_explicit_difference():
+    d = _design()
+    r = hd.run_family(d, d.path_heads(0.3, 1))
+    f = d.task.f(d.eval_points)
+    zero = hd.zero_evaluation(f, d.replicates)
+    assert zero.row["MSE"] == pytest.approx(float((f.double() ** 2).mean()))
+    c = hd.contrast((1, zero, "err"), (-1, r.uniform, "err"))
+    assert c.estimate == pytest.approx(float((f.double() ** 2).mean()) - float(r.uniform.per_replicate["err"].mean()))
+    with pytest.raises(ValueError, match="target"):
+        hd.zero_evaluation(torch.zeros(1), 4)
+
+
+def test_contrast_degrees_of_freedom_follow_welch_satterthwaite():
+    from nwlib.evidence import welch_df
+
+    d = _design()
+    a, b = (hd.run_family(d, d.path_heads(t, 1)).uniform for t in (0.0, 1.0))
+    c = hd.contrast((1, a, "err"), (-1, b, "err"))
+    diff_r = a.per_replicate["err"] - b.per_replicate["err"]
+    diff_m = a.per_point["err"] - b.per_point["err"]
+    parts = [
+        (float(diff_r.var()) / diff_r.numel(), diff_r.numel() - 1),
+        (float(diff_m.var()) / diff_m.numel(), diff_m.numel() - 1),
+    ]
+    assert c.df == pytest.approx(welch_df(*parts))
+    assert c.se == pytest.approx(math.sqrt(sum(v for v, _ in parts)))
+    assert math.isfinite(c.df) and c.df < diff_r.numel() - 1 + diff_m.numel() - 1 + 1e-9
+
+
+def _best_additive_residual(Q, f, x, degree):
+    """Brute force: least squares of f on polynomials (up to ``degree``) of each head's own coordinates, summed."""
+    feats = [torch.ones(x.shape[0], 1, dtype=F64)]
+    for h in range(Q.shape[0]):
+        p = x @ Q[h]
+        feats += [p**j for j in range(1, degree + 1)]
+        if degree >= 2 and p.shape[1] > 1:
+            feats.append(p[:, :1] * p[:, 1:])
+    A = torch.cat(feats, 1)
+    coef = torch.linalg.lstsq(A, f[:, None]).solution
+    return float((f - (A @ coef)[:, 0]).pow(2).mean())
+
+
+@pytest.mark.parametrize(
+    ("coefficients", "masses", "zero"),
+    [
+        ([1.0], [0.5, 0.5], True),  # linear g, e_1 in the sum of the heads: 0
+        ([1.0], [0.3, 0.3], False),  # linear g alone is not enough: e_1 partly outside (the old statement said 0)
+        ([0.0, 1.0], [0.5, 0.5], False),  # e_1 in the sum alone is not enough: g not linear
+        ([0.6, 0.8], [1.0, 0.0], True),  # one head contains e_1
+    ],
+)
+def test_additive_bound_against_brute_force_least_squares(coefficients, masses, zero):
+    from nwlib.angles import orthogonal_heads
+
+    Q = orthogonal_heads(masses, head_dim=2, embed_dim=8, dtype=F64)
+    x = torch.randn(200_000, 8, generator=_gen(9), dtype=F64)
+    t = x[:, 0]
+    he = [t, (t**2 - 1) / math.sqrt(2)]
+    f = sum(a * he[k] for k, a in enumerate(coefficients))
+    brute = _best_additive_residual(Q, f, x, degree=len(coefficients))
+    bound = hd.additive_bound(coefficients, masses)
+    assert brute == pytest.approx(bound, abs=0.01)
+    assert (bound < 1e-12) == zero
+
+
+def test_additive_bound_and_overlap_reject_bad_input():
+    with pytest.raises(ValueError, match="masses"):
+        hd.additive_bound([1.0], [0.7, 0.7])
+    with pytest.raises(ValueError, match="masses"):
+        hd.additive_bound([1.0], [1.5])
+    with pytest.raises(TypeError, match="coefficients"):
+        hd.additive_bound([], [0.5])
+    assert hd.keep_signal_overlap(16, 1) == (1 / 16, 15 / 16)
+    with pytest.raises(ValueError, match="signal_dim"):
+        hd.keep_signal_overlap(4, 5)
+
+
+def test_wide_design_has_the_least_embed_dim():
+    d = hd.wide_design(
+        8,
+        num_heads=4,
+        noise_sd=0.5,
+        n_train=10,
+        n_eval=4,
+        replicates=3,
+        replicates_fit=10,
+        replicates_confirm=3,
+        seed=0,
+    )
+    assert d.embed_dim == 36 and d.head_dim == 8
+    d.path_heads(1.0, 1)  # fits
+    with pytest.raises(TypeError, match="embed_dim"):
+        hd.wide_design(8, num_heads=4, embed_dim=40)
+
+
+def test_random_placement_study_keeps_the_hdi_and_is_deterministic():
+    sizes = dict(embed_dim=12, num_heads=2, head_dim=2, noise_sd=0.5, n_train=30, n_eval=16, replicates=4)
+    sizes |= dict(replicates_fit=10, replicates_confirm=3)
+    thetas = [0.0, 0.8, math.pi / 2]
+    a = hd.random_placement_study(thetas, placements=3, seed=1, **sizes)
+    b = hd.random_placement_study(thetas, placements=3, seed=1, **sizes)
+    assert a.mse.shape == (3, 3) and torch.equal(a.mse, b.mse)
+    # a rotation of all heads keeps the HDI of the path: (r/d_k) sin^2 theta with r = d_k for shared_dim 0
+    np.testing.assert_allclose(a.hdi, [math.sin(t) ** 2 for t in thetas], atol=1e-6)
+    # placement 0 by hand: its own design, its own Haar rotation
+    d0 = hd.make_design(**sizes, seed=101)
+    rot = random_subspaces(1, 12, 12, generator=torch.Generator().manual_seed(101))[0].float()
+    ref = hd.run_family(d0, rot @ d0.path_heads(0.8, 0)).uniform.per_replicate["err"].mean()
+    assert float(a.mse[0, 1]) == pytest.approx(float(ref))
+    assert not torch.equal(a.mse[0], a.mse[1])  # other placements, other draws
+    with pytest.raises(ValueError, match="placements"):
+        hd.random_placement_study(thetas, placements=1, seed=1, **sizes)
