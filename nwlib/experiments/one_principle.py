@@ -8,8 +8,12 @@ measured on four ensembles that learn from one training set each:
 * ``"random forest"``: scikit-learn's ``RandomForestRegressor`` (members: its trees);
 * ``"bagged NW"``: Gaussian Nadaraya–Watson (NW) members on bootstrap resamples, all D coordinates;
 * ``"random-subspace NW"``: Gaussian NW members on random subsets of ``subset_dim`` coordinates;
-* ``"attention heads"``: NW heads on fixed random ``subset_dim``-dimensional projections
-  (:func:`nwlib.simulate`), the Gaussian surrogate or attention's own kernel.
+* ``"NW heads (fixed subspaces)"``: NW heads on fixed random ``subset_dim``-dimensional projections
+  with W_Q = W_K (:func:`nwlib.simulate`), the Gaussian surrogate or attention's own kernel;
+* ``"dot-product heads (random init)"``: real dot-product attention heads on LayerNorm'd tokens,
+  W_Q ≠ W_K drawn anew for every training set (random initialisation), queries and keys
+  normalised (QK-norm, :func:`nwlib.cosine_attention`) at a temperature chosen on a validation
+  batch (:func:`select_temperature`).
 
 The drivers, in the order the notebook uses them (:func:`one_principle_experiment` runs them all):
 
@@ -67,7 +71,7 @@ from ..ensembles import (
     forest_weights,
     resampled_nw,
 )
-from ..evidence import Comparison, estimate, mean, paired, significant
+from ..evidence import Comparison, estimate, independent, mean, paired, significant
 from ..kernels import nadaraya_watson, nadaraya_watson_weights
 from ..montecarlo import simulate
 from ..subspaces import random_subspaces
@@ -79,6 +83,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BAG_RHO_MARGIN",
+    "FIXED_HEADS",
+    "DP_HEADS",
     "CHAPTER_TASKS",
     "ENSEMBLES",
     "LAW_MARGIN",
@@ -97,10 +103,13 @@ __all__ = [
     "batch_b_contrasts",
     "bias_contrasts",
     "chapter_numbers",
+    "dot_product_heads",
+    "dot_product_projections",
     "ensemble_batch",
     "format_floor_table",
     "format_law_table",
     "format_mse_table",
+    "format_temperature_table",
     "format_terms_table",
     "jackknife_comparisons",
     "jackknife_groups",
@@ -116,13 +125,20 @@ __all__ = [
     "rho_variance_contrasts",
     "rsm_target_fraction",
     "run_ensembles",
+    "select_temperature",
     "shared_data_floor",
 ]
 
-ENSEMBLES: tuple[str, ...] = ("random forest", "bagged NW", "random-subspace NW", "attention heads")
-"""The four ensembles, in the chapter's order (tables, figure, contrasts)."""
+FIXED_HEADS = "NW heads (fixed subspaces)"
+"""Gaussian (or exp) NW heads on fixed random subspaces with W_Q = W_K: the NW surrogate of attention heads."""
 
-SHORT: dict[str, str] = dict(zip(ENSEMBLES, ("forest", "bagged", "rsm", "heads"), strict=True))
+DP_HEADS = "dot-product heads (random init)"
+"""Real dot-product attention heads: LayerNorm'd tokens, W_Q ≠ W_K drawn anew for every training set, QK-norm."""
+
+ENSEMBLES: tuple[str, ...] = ("random forest", "bagged NW", "random-subspace NW", FIXED_HEADS, DP_HEADS)
+"""The five ensembles, in the chapter's order (tables, figure); the first four enter the contrasts."""
+
+SHORT: dict[str, str] = dict(zip(ENSEMBLES, ("forest", "bagged", "rsm", "heads", "dp"), strict=True))
 """Each ensemble's short name in the chapter's glue keys (``rho_subspace_forest``, ...)."""
 
 CHAPTER_TASKS: tuple[str, ...] = ("subspace", "interaction")
@@ -179,6 +195,11 @@ class OnePrincipleConfig:
         Draws of the heads' projections for the nested-heads check (>= 1; the first is the design's).
     design_seed : int
         Seed of the evaluation points and of the heads' projections (>= 0).
+    temperatures : tuple of float
+        The grid of temperatures τ > 0 from which :func:`select_temperature` picks the dot-product
+        heads' on a validation batch.
+    validation_replicates : int
+        Training sets of the validation batch (>= 1), independent of batches A and B.
     """
 
     tasks: tuple[str, ...] = CHAPTER_TASKS
@@ -196,6 +217,8 @@ class OnePrincipleConfig:
     floor_replicates: int = 4
     head_draws: int = 4
     design_seed: int = 0
+    temperatures: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0)
+    validation_replicates: int = 8
 
     def __post_init__(self) -> None:
         if isinstance(self.tasks, (str, bytes)) or not isinstance(self.tasks, Sequence) or not self.tasks:
@@ -227,6 +250,14 @@ class OnePrincipleConfig:
             raise ValueError(f"floor_replicates must be <= replicates = {reps}, got {self.floor_replicates}")
         require_positive_int(self.head_draws, "head_draws")
         require_positive_int(self.design_seed, "design_seed", minimum=0)
+        temps = self.temperatures
+        if isinstance(temps, (str, bytes)) or not isinstance(temps, Sequence) or not temps:
+            raise TypeError(f"temperatures must be a non-empty sequence of numbers, got {temps!r}")
+        temps = tuple(require_real(t, "temperatures") for t in temps)
+        if not all(math.isfinite(t) and t > 0 for t in temps):
+            raise ValueError(f"temperatures must be finite and > 0, got {list(temps)}")
+        object.__setattr__(self, "temperatures", temps)
+        require_positive_int(self.validation_replicates, "validation_replicates")
 
     @property
     def member_counts(self) -> list[int]:
@@ -304,7 +335,199 @@ def make_design(
     return Design(z, w)
 
 
-# --- the four ensembles on one batch of training sets ----------------------------------------
+# --- real dot-product heads ----------------------------------------------------------------
+
+
+def dot_product_projections(
+    replicates: int,
+    num_heads: int,
+    embed_dim: int,
+    head_dim: int,
+    *,
+    generator: torch.Generator,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[Tensor, Tensor]:
+    """Random initialisations of the heads' query and key projections, one per training set and head.
+
+    Entries are i.i.d. N(0, 1/D) (the variance of a Xavier-normal init of a D × (H·d_k) layer is
+    of this order), W_Q first, then W_K, drawn independently: W_Q ≠ W_K.
+
+    Parameters
+    ----------
+    replicates, num_heads, embed_dim, head_dim : int
+        R, H, D and d_k.
+    generator : torch.Generator
+        Its device is the result's.
+    dtype : torch.dtype, default torch.float64
+        Drawn in float64 and cast.
+
+    Returns
+    -------
+    (Tensor, Tensor)
+        W_Q and W_K, each of shape (R, H, D, d_k).
+
+    Examples
+    --------
+    >>> wq, wk = dot_product_projections(2, 3, 6, 2, generator=torch.Generator().manual_seed(0))
+    >>> tuple(wq.shape), bool((wq != wk).any())
+    ((2, 3, 6, 2), True)
+    """
+    shape = tuple(
+        require_positive_int(v, name)
+        for v, name in (
+            (replicates, "replicates"),
+            (num_heads, "num_heads"),
+            (embed_dim, "embed_dim"),
+            (head_dim, "head_dim"),
+        )
+    )
+    dtype = require_dtype(dtype)
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    dev = generator.device
+    root = math.sqrt(shape[2])
+    wq = torch.randn(shape, generator=generator, dtype=torch.float64, device=dev) / root
+    wk = torch.randn(shape, generator=generator, dtype=torch.float64, device=dev) / root
+    return wq.to(dtype), wk.to(dtype)
+
+
+def _dp_queries_keys(
+    x: Tensor, eval_points: Tensor, query_weights: Tensor, key_weights: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Normalised queries (R, H, m, d_k) and keys (R, H, n, d_k) of LayerNorm'd tokens."""
+    dim = eval_points.shape[-1]
+    tz = torch.nn.functional.layer_norm(eval_points, (dim,))
+    tx = torch.nn.functional.layer_norm(x, (dim,))
+    q = torch.einsum("md,rhdk->rhmk", tz, query_weights)
+    k = torch.einsum("rnd,rhdk->rhnk", tx, key_weights)
+    return torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
+
+
+def dot_product_heads(
+    x: Tensor,
+    y: Tensor,
+    eval_points: Tensor,
+    query_weights: Tensor,
+    key_weights: Tensor,
+    *,
+    temperature: float,
+) -> Tensor:
+    r"""Dot-product attention heads on LayerNorm'd tokens with normalised queries and keys.
+
+    Head h of training set r: tokens :math:`t = \mathrm{LN}(x)` (``layer_norm(x, (D,))``, no
+    affine), query :math:`q = t_z W_Q^{rh}`, keys :math:`k_i = t_{x_i} W_K^{rh}`, both scaled to
+    the unit sphere (QK-norm), and the estimate
+    :math:`\mathrm{softmax}_i(\langle\hat q, \hat k_i\rangle/\tau)\,y_i`
+    (:func:`nwlib.cosine_attention`). The values are the responses and the heads are averaged with
+    equal weights (the chapter's Assumption 1): W_V and W_O are not random here.
+
+    Parameters
+    ----------
+    x : Tensor, shape (R, n, D)
+    y : Tensor, shape (R, n)
+    eval_points : Tensor, shape (m, D)
+    query_weights, key_weights : Tensor, shape (R, H, D, d_k)
+        From :func:`dot_product_projections`.
+    temperature : float
+        τ > 0.
+
+    Returns
+    -------
+    Tensor, shape (R, H, m)
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x, y, z = torch.randn(2, 50, 4, generator=g), torch.randn(2, 50, generator=g), torch.randn(7, 4, generator=g)
+    >>> wq, wk = dot_product_projections(2, 3, 4, 2, generator=g, dtype=torch.float32)
+    >>> tuple(dot_product_heads(x, y, z, wq, wk, temperature=0.1).shape)
+    (2, 3, 7)
+    """
+    from ..kernels import cosine_attention
+
+    x = require_tensor(x, "x")
+    y = require_tensor(y, "y")
+    z = require_tensor(eval_points, "eval_points")
+    wq = require_tensor(query_weights, "query_weights")
+    wk = require_tensor(key_weights, "key_weights")
+    if x.dim() != 3 or y.shape != x.shape[:2] or z.dim() != 2 or z.shape[1] != x.shape[2]:
+        raise ValueError(
+            f"x must be (R, n, D), y (R, n) and eval_points (m, D), got {tuple(x.shape)}, {tuple(y.shape)} "
+            f"and {tuple(z.shape)}"
+        )
+    if wq.dim() != 4 or wq.shape != wk.shape or wq.shape[0] != x.shape[0] or wq.shape[2] != x.shape[2]:
+        raise ValueError(
+            f"query_weights and key_weights must both be (R, H, D, d_k) with R = {x.shape[0]} and D = {x.shape[2]}, "
+            f"got {tuple(wq.shape)} and {tuple(wk.shape)}"
+        )
+    tau = require_real(temperature, "temperature", minimum=0.0, strict_minimum=True)
+    reps, heads, _, head_dim = wq.shape
+    out = torch.empty(reps, heads, z.shape[0], dtype=z.dtype, device=z.device)
+    for start in range(0, reps, 16):  # a block of training sets at a time
+        stop = min(start + 16, reps)
+        q, k = _dp_queries_keys(x[start:stop], z, wq[start:stop], wk[start:stop])
+        # the responses as the first of head_dim value columns (zeros elsewhere): the fused CPU kernel needs
+        # values as wide as the queries, and a width-1 value takes a slow path (see verified facts)
+        values = torch.zeros(stop - start, heads, x.shape[1], head_dim, dtype=z.dtype, device=z.device)
+        values[..., 0] = y[start:stop, None, :]
+        out[start:stop] = cosine_attention(q, k, values, temperature=tau)[..., 0]
+    return out
+
+
+def select_temperature(
+    task: RegressionTask,
+    config: OnePrincipleConfig,
+    design: Design,
+    *,
+    data_seed: int,
+    generator: torch.Generator,
+) -> tuple[float, dict[float, float]]:
+    """The dot-product heads' temperature: the grid value with the lowest MSE on a validation batch.
+
+    ``config.validation_replicates`` training sets from a generator seeded with ``data_seed`` (the
+    stream of :func:`nwlib.ensembles.draw_training_sets`) and fresh head initialisations from
+    ``generator``; for every τ of ``config.temperatures`` the same sets and initialisations (common
+    random numbers) give the integrated squared error of the average of all B heads. The batches
+    A and B on which the chapter checks its findings never enter.
+
+    Parameters
+    ----------
+    task : RegressionTask
+    config : OnePrincipleConfig
+    design : Design
+    data_seed : int
+    generator : torch.Generator
+        On the design's device.
+
+    Returns
+    -------
+    (float, dict of float to float)
+        The chosen τ (the first of equal minima) and the validation MSE for every τ.
+    """
+    if not isinstance(task, RegressionTask):
+        raise TypeError(f"task must be a RegressionTask (see make_task), got {type(task).__name__}")
+    config = _require_config(config)
+    z, _ = _require_design(design, config)
+    if isinstance(data_seed, bool) or not isinstance(data_seed, int) or data_seed < 0:
+        raise ValueError(f"data_seed must be a non-negative int, got {data_seed!r}")
+    require_generator(generator, z.device, device_name="the design's device")
+    reps = config.validation_replicates
+    x, y = draw_training_sets(
+        task, config.n, reps, generator=torch.Generator(z.device).manual_seed(data_seed), dtype=z.dtype
+    )
+    wq, wk = dot_product_projections(
+        reps, config.max_members, config.embed_dim, config.subset_dim, generator=generator, dtype=z.dtype
+    )
+    target = task.f(z)
+    scores = {}
+    for tau in config.temperatures:
+        ens = dot_product_heads(x, y, z, wq, wk, temperature=tau).mean(1)
+        scores[tau] = float((ens - target).pow(2).mean())
+    best = min(config.temperatures, key=lambda t: scores[t])
+    return best, scores
+
+
+# --- the ensembles on one batch of training sets -------------------------------------------
 
 
 class FloorData(NamedTuple):
@@ -320,6 +543,12 @@ class FloorData(NamedTuple):
     """(F, B, k) int64: the random-subspace members' coordinates."""
     forests: tuple[Any, ...]
     """F fitted ``RandomForestRegressor`` objects."""
+    query_weights: Tensor | None = None
+    """(F, B, D, k): the dot-product heads' W_Q."""
+    key_weights: Tensor | None = None
+    """(F, B, D, k): the dot-product heads' W_K."""
+    temperature: float | None = None
+    """The dot-product heads' τ."""
 
 
 class EnsembleBatch(NamedTuple):
@@ -344,14 +573,15 @@ def ensemble_batch(
     *,
     data_seed: int,
     generator: torch.Generator,
+    temperature: float = 0.1,
 ) -> EnsembleBatch:
-    """The four ensembles fitted on one batch of R training sets, the same sets for all of them.
+    """The five ensembles fitted on one batch of R training sets, the same sets for all of them.
 
     The training sets come from a generator seeded with ``data_seed``: :func:`nwlib.simulate`
     draws them for the heads and :func:`nwlib.ensembles.draw_training_sets` returns the same sets
     for the other ensembles (checked). The members' randomisation comes from ``generator``, in
     this order: bootstrap resamples (R, B, n), coordinate subsets (R, B, k), one forest seed per
-    training set.
+    training set, then the dot-product heads' W_Q and W_K (:func:`dot_product_projections`).
 
     Parameters
     ----------
@@ -364,6 +594,8 @@ def ensemble_batch(
         Seed of the training sets (>= 0).
     generator : torch.Generator
         The members' randomisation, on the design's device; consumed as described above.
+    temperature : float, default 0.1
+        The dot-product heads' τ (:func:`select_temperature`).
 
     Returns
     -------
@@ -423,13 +655,18 @@ def ensemble_batch(
         "random forest": forest_member_predictions(forests, z),
         "bagged NW": resampled_nw(x, y, z, rows=rows, bandwidth=config.bandwidth_full),
         "random-subspace NW": resampled_nw(x, y, z, columns=cols, bandwidth=config.bandwidth_sub),
-        "attention heads": heads,
+        FIXED_HEADS: heads,
     }
+    wq, wk = dot_product_projections(
+        reps, members, config.embed_dim, config.subset_dim, generator=generator, dtype=dtype
+    )
+    preds[DP_HEADS] = dot_product_heads(x, y, z, wq, wk, temperature=temperature)
     forest_mean = torch.as_tensor(forests[0].predict(z.cpu().numpy()), dtype=dtype, device=dev)
     if not bool(torch.allclose(preds["random forest"][0].mean(0), forest_mean, atol=1e-5)):
         raise RuntimeError("the trees do not average to the forest's prediction")
     keep = slice(0, config.floor_replicates)
-    return EnsembleBatch(preds, FloorData(x[keep], y[keep], rows[keep], cols[keep], tuple(forests[keep])))
+    floor = FloorData(x[keep], y[keep], rows[keep], cols[keep], tuple(forests[keep]), wq[keep], wk[keep], temperature)
+    return EnsembleBatch(preds, floor)
 
 
 @dataclass(frozen=True)
@@ -445,18 +682,23 @@ class TaskRun:
     """Batch B: independent training sets and randomisations; measures the curve's points."""
     floor_data: FloorData = field(repr=False)
     """Batch B's first ``floor_replicates`` training sets (:func:`shared_data_floor`)."""
+    temperature: float = 0.1
+    """The dot-product heads' τ, chosen on the validation batch."""
+    validation: dict[float, float] = field(default_factory=dict)
+    """The validation MSE of the dot-product heads' average for every τ of the grid."""
 
 
 def run_ensembles(config: OnePrincipleConfig, design: Design, *, generator: torch.Generator) -> dict[str, TaskRun]:
-    """Both batches of every task: two data seeds from ``generator``, then batch A, then batch B.
+    """Every task's validation batch and batches A and B: three data seeds from ``generator``, then the three batches.
 
     Parameters
     ----------
     config : OnePrincipleConfig
     design : Design
     generator : torch.Generator
-        The experiment's generator, consumed task by task in ``config.tasks`` order: two data
-        seeds in [0, 2^62), then :func:`ensemble_batch` for A and for B.
+        The experiment's generator, consumed task by task in ``config.tasks`` order: three data
+        seeds in [0, 2^62), then :func:`select_temperature` on the first, :func:`ensemble_batch`
+        for A and for B.
 
     Returns
     -------
@@ -469,10 +711,11 @@ def run_ensembles(config: OnePrincipleConfig, design: Design, *, generator: torc
     runs = {}
     for name in config.tasks:
         task = config.task(name)
-        seed_a, seed_b = torch.randint(0, 2**62, (2,), generator=generator, device=z.device).tolist()
-        batch_a = ensemble_batch(task, config, design, data_seed=seed_a, generator=generator)
-        batch_b = ensemble_batch(task, config, design, data_seed=seed_b, generator=generator)
-        runs[name] = TaskRun(task, task.f(z), batch_a.predictions, batch_b.predictions, batch_b.floor_data)
+        seed_v, seed_a, seed_b = torch.randint(0, 2**62, (3,), generator=generator, device=z.device).tolist()
+        tau, scores = select_temperature(task, config, design, data_seed=seed_v, generator=generator)
+        batch_a = ensemble_batch(task, config, design, data_seed=seed_a, generator=generator, temperature=tau)
+        batch_b = ensemble_batch(task, config, design, data_seed=seed_b, generator=generator, temperature=tau)
+        runs[name] = TaskRun(task, task.f(z), batch_a.predictions, batch_b.predictions, batch_b.floor_data, tau, scores)
     return runs
 
 
@@ -526,6 +769,9 @@ def law_tables(runs: Mapping[str, TaskRun], member_counts: Sequence[int]) -> Law
                 measured = equicorrelation(sub)  # for b = 1: the first member's own variance
                 mv, mv_se = measured.ensemble_variance, measured.ensemble_variance_se
                 pred, pred_se = fit_a.predicted_variance(b), fit_a.predicted_variance_se(b)
+                # delete-one jackknife SEs over each batch's R training sets: R - 1 degrees of freedom each
+                reps = run.b[ens].shape[0]
+                dev = independent(estimate(mv, mv_se, reps - 1), estimate(pred, pred_se, run.a[ens].shape[0] - 1))
                 law_rows.append(
                     dict(
                         task=name,
@@ -543,8 +789,10 @@ def law_tables(runs: Mapping[str, TaskRun], member_counts: Sequence[int]) -> Law
                         rho_b_se=fit_b_all.rho_se,
                         dev=mv - pred,
                         dev_se=math.hypot(mv_se, pred_se),
+                        dev_df=dev.df,
                         rel=mv / pred - 1,
                         rel_se=math.hypot(mv_se / pred, mv * pred_se / pred**2),
+                        rel_df=dev.df,
                     )
                 )
                 dec = decompose(sub, run.target).integrated()
@@ -565,7 +813,7 @@ def law_tables(runs: Mapping[str, TaskRun], member_counts: Sequence[int]) -> Law
                 )
     law = pd.DataFrame(law_rows)
     terms = pd.DataFrame(term_rows)
-    deviations = [estimate(r.dev, r.dev_se) for r in law.itertuples()]
+    deviations = [estimate(r.dev, r.dev_se, r.dev_df) for r in law.itertuples()]
     law["z"] = [c.z for c in deviations]
     law["significant"] = significant(deviations)  # Holm over the table's rows
     return LawTables(law, terms)
@@ -657,10 +905,11 @@ def nested_deviations(
     out = []
     for b in config.member_counts:
         fit_b = equicorrelation(batch_b[:, :b])
+        df = config.replicates - 1  # delete-one jackknife over each batch's training sets
         out.append(
-            estimate(
-                fit_b.ensemble_variance - fit_a.predicted_variance(b),
-                math.hypot(fit_b.ensemble_variance_se, fit_a.predicted_variance_se(b)),
+            independent(
+                estimate(fit_b.ensemble_variance, fit_b.ensemble_variance_se, df),
+                estimate(fit_a.predicted_variance(b), fit_a.predicted_variance_se(b), df),
             )
         )
     return out
@@ -731,8 +980,8 @@ def nested_heads_check(
         )
         for name in runs:
             if draw == 0:
-                main = law[(law.task == name) & (law.ensemble == "attention heads")]
-                devs = [estimate(r.dev, r.dev_se) for r in main.itertuples()]
+                main = law[(law.task == name) & (law.ensemble == FIXED_HEADS)]
+                devs = [estimate(r.dev, r.dev_se, r.dev_df) for r in main.itertuples()]
             else:
                 devs = nested_deviations(runs[name].task, w_draw, config, design, generator=generator)
             head_rows += [
@@ -822,6 +1071,11 @@ def member_weights(ensemble: str, floor_data: FloorData, r: int, config: OnePrin
         zc = torch.gather(z.expand(members, m, dim), 2, cols[:, None, :].expand(-1, m, -1))
         xc = torch.gather(x.expand(members, n, dim), 2, cols[:, None, :].expand(-1, n, -1))
         return nadaraya_watson_weights(zc, xc, kernel="gaussian", bandwidth=config.bandwidth_sub)
+    if ensemble == DP_HEADS:
+        if floor_data.query_weights is None or floor_data.key_weights is None or floor_data.temperature is None:
+            raise ValueError("floor_data must hold the dot-product heads' projections and temperature")
+        q, k = _dp_queries_keys(x[None], z, floor_data.query_weights[r : r + 1], floor_data.key_weights[r : r + 1])
+        return nadaraya_watson_weights(q[0], k[0], kernel="exp", bandwidth=math.sqrt(floor_data.temperature))
     return nadaraya_watson_weights(
         z @ w,
         x @ w,
@@ -938,10 +1192,12 @@ def jackknife_comparisons(statistic: Callable[..., Any], *arrays: Tensor, groups
     Returns
     -------
     list of Comparison
-        One per entry of the flattened statistic.
+        One per entry of the flattened statistic, with ``groups - 1`` degrees of freedom.
     """
     fit = grouped_jackknife(statistic, *arrays, groups=groups)
-    return [estimate(v, s) for v, s in zip(fit.estimate.reshape(-1).tolist(), fit.se.reshape(-1).tolist(), strict=True)]
+    df = groups - 1  # a delete-a-group jackknife of G groups: G - 1 degrees of freedom
+    values, ses = fit.estimate.reshape(-1).tolist(), fit.se.reshape(-1).tolist()
+    return [estimate(v, s, df) for v, s in zip(values, ses, strict=True)]
 
 
 def batch_a_contrasts(forest: Tensor, bagged: Tensor, rsm: Tensor, heads: Tensor) -> list[float]:
@@ -983,13 +1239,13 @@ def batch_b_contrasts(target: Tensor, forest: Tensor, rsm: Tensor, heads: Tensor
 
 def rho_variance_contrasts(run: TaskRun, *, groups: int) -> list[Comparison]:
     """:func:`batch_a_contrasts` of one task's batch A, with jackknife SEs over its training sets."""
-    return jackknife_comparisons(batch_a_contrasts, *(run.a[e] for e in ENSEMBLES), groups=groups)
+    return jackknife_comparisons(batch_a_contrasts, *(run.a[e] for e in ENSEMBLES[:4]), groups=groups)
 
 
 def bias_contrasts(run: TaskRun, *, groups: int) -> list[Comparison]:
     """:func:`batch_b_contrasts` of one task's batch B, with jackknife SEs over its training sets."""
     statistic = functools.partial(batch_b_contrasts, run.target)
-    members = (run.b[e] for e in ("random forest", "random-subspace NW", "attention heads"))
+    members = (run.b[e] for e in ("random forest", "random-subspace NW", FIXED_HEADS))
     return jackknife_comparisons(statistic, *members, groups=groups)
 
 
@@ -1056,6 +1312,35 @@ class OnePrincipleResult:
     """Task to :func:`bias_contrasts`."""
     rsm_bias_target: dict[str, float] = field(repr=False)
     """Task to the squared bias of the random-subspace target alone, (1 − fraction)² mean f²."""
+
+    @property
+    def zero_mse(self) -> dict[str, float]:
+        """Task to the zero predictor's integrated MSE, mean f² over the design's evaluation points."""
+        return {name: float(run.target.pow(2).mean()) for name, run in self.runs.items()}
+
+    @property
+    def temperatures(self) -> dict[str, float]:
+        """Task to the dot-product heads' temperature chosen on the validation batch."""
+        return {name: run.temperature for name, run in self.runs.items()}
+
+    def gain_over_zero(self, task: str, ensemble: str) -> Comparison:
+        """The zero predictor's MSE minus the ensemble's at the largest ensemble (batch B; > 0: it smooths)."""
+        mse = self.mse_replicates[(task, ensemble)]
+        return paired(torch.full_like(mse, self.zero_mse[task]), mse)
+
+    def variance_reduction(self, task: str, ensemble: str) -> Comparison:
+        """A member's variance σ² (batch A) minus the variance of the average of all B members (batch B).
+
+        The batches are independent, so the SEs add in quadrature (:func:`nwlib.evidence.independent`),
+        each with the R − 1 degrees of freedom of a delete-one jackknife.
+        """
+        s = self.summary.loc[(task, ensemble)]
+        law = self.law
+        row = law[(law.task == task) & (law.ensemble == ensemble) & (law.b == self.config.max_members)].iloc[0]
+        df = self.config.replicates - 1
+        return independent(
+            estimate(float(s.sigma2), float(s.sigma2_se), df), estimate(float(row.measured), float(row.measured_se), df)
+        )
 
     def mse_difference(self, task: str, ensemble: str, other: str) -> Comparison:
         """MSE of ``ensemble`` minus that of ``other`` at the largest ensemble, paired over batch B."""
@@ -1134,9 +1419,10 @@ def chapter_numbers(result: OnePrincipleResult) -> ChapterNumbers:
     """The glue keys of the chapter's experiment and their values.
 
     Per task and ensemble (``key = f"{task}_{SHORT[ensemble]}"``): ``rho_<key>`` and
-    ``sigma2_<key>`` (batch A), ``mse_<key>``, ``bias_sq_<key>`` and ``var_cov_<key>`` (batch B,
-    all members), ``rho_noise_<key>`` and ``floor_<key>`` (the floor's means), with
-    ``rho_se_<key>`` and ``mse_se_<key>`` as information. Per task: ``bag_floor_over_plain_<task>``,
+    ``sigma2_<key>`` (batch A), ``mse_<key>``, ``bias_sq_<key>``, ``var_cov_<key>`` and
+    ``removed_<key>`` (batch B, all members; the share of the zero predictor's MSE removed),
+    ``rho_noise_<key>`` and ``floor_<key>`` (the floor's means), with ``rho_se_<key>``,
+    ``mse_se_<key>`` and ``removed_se_<key>`` as information. Per task: ``bag_floor_over_plain_<task>``,
     ``dmse_rsm_bag_<task>`` and ``dmse_<short>_forest_<task>`` (paired), their SEs as
     information. Per ensemble: ``law_significant_<short>`` and the extremes over b
     ``max_abs_z_<short>``, ``max_rel_dev_<short>``, ``max_rel_se_<short>`` (in %). Overall:
@@ -1158,20 +1444,25 @@ def chapter_numbers(result: OnePrincipleResult) -> ChapterNumbers:
     est: dict[str, Comparison] = {}
     info: dict[str, float] = {}
     counts: dict[str, int] = {}
+    df = cfg.replicates - 1  # delete-one jackknife over the R training sets of a batch
+    zero = result.zero_mse
     for name in cfg.tasks:
         for ens in ENSEMBLES:
             key = f"{name}_{SHORT[ens]}"
             s, reps = summary.loc[(name, ens)], floor_reps[(name, ens)]
             t = terms[(terms.task == name) & (terms.ensemble == ens) & (terms.b == cfg.max_members)].iloc[0]
             v = law[(law.task == name) & (law.ensemble == ens) & (law.b == cfg.max_members)].iloc[0]
-            est[f"rho_{key}"] = estimate(float(s.rho_a), float(s.rho_a_se))
+            est[f"rho_{key}"] = estimate(float(s.rho_a), float(s.rho_a_se), df)
             info[f"rho_se_{key}"] = float(s.rho_a_se)
-            est[f"sigma2_{key}"] = estimate(float(s.sigma2), float(s.sigma2_se))
-            est[f"mse_{key}"] = estimate(float(t.mse), float(t.mse_se))
+            est[f"sigma2_{key}"] = estimate(float(s.sigma2), float(s.sigma2_se), df)
+            est[f"mse_{key}"] = estimate(float(t.mse), float(t.mse_se), df)
             info[f"mse_se_{key}"] = float(t.mse_se)
-            est[f"bias_sq_{key}"] = estimate(float(t.bias_sq), float(t.bias_sq_se))
+            est[f"bias_sq_{key}"] = estimate(float(t.bias_sq), float(t.bias_sq_se), df)
             # variance + covariance of all members = the measured variance: its SE is the law table's
-            est[f"var_cov_{key}"] = estimate(float(t.variance + t.covariance), float(v.measured_se))
+            est[f"var_cov_{key}"] = estimate(float(t.variance + t.covariance), float(v.measured_se), df)
+            # the share of the zero predictor's MSE (mean f^2 on the design's points) that the ensemble removes
+            est[f"removed_{key}"] = estimate(1 - float(t.mse) / zero[name], float(t.mse_se) / zero[name], df)
+            info[f"removed_se_{key}"] = float(t.mse_se) / zero[name]
             for quantity in ("rho_noise", "floor"):  # means over the floor's training sets
                 est[f"{quantity}_{key}"] = mean(reps[quantity])
     counts["law_rows_per_ensemble"] = len(cfg.member_counts) * len(cfg.tasks)
@@ -1192,7 +1483,7 @@ def chapter_numbers(result: OnePrincipleResult) -> ChapterNumbers:
             diff = result.mse_difference(name, ens, "random forest")
             est[f"dmse_{SHORT[ens]}_forest_{name}"] = diff
             info[f"dmse_{SHORT[ens]}_forest_se_{name}"] = diff.se
-    rho_a = summary.rho_a
+    rho_a = summary.rho_a[[e in ENSEMBLES[:4] for _, e in summary.index]]  # the four of the rho contrasts
     others = [e != "bagged NW" for _, e in rho_a.index]
     info["rho_nw_max_other"] = float(rho_a[others].max())
     info["rho_bag_min"] = float(rho_a[[not o for o in others]].min())
@@ -1274,19 +1565,45 @@ def format_terms_table(terms: pd.DataFrame, member_counts: Sequence[int]) -> pd.
 
 
 def format_mse_table(result: OnePrincipleResult) -> pd.DataFrame:
-    """MSE at the largest ensemble (± SE) and paired differences against the forest and bagged NW."""
+    """MSE at the largest ensemble (± SE) beside the zero predictor's; paired differences to forest and bagged NW."""
     import pandas as pd
 
-    terms = result.terms
+    terms, zero = result.terms, result.zero_mse
     mse = terms[terms.b == result.config.max_members].set_index(["task", "ensemble"])[["mse", "mse_se"]]
     return pd.DataFrame(
         {
             "MSE": [plus_minus(r.mse, r.mse_se) for r in mse.itertuples()],
+            "zero predictor's MSE (mean f²)": [f"{zero[t]:.4f}" for t, _ in mse.index],
+            "share of it removed": [f"{1 - r.mse / zero[r.Index[0]]:.1%}" for r in mse.itertuples()],
             "minus forest (paired)": [plus_minus(*result.mse_difference(t, e, "random forest")) for t, e in mse.index],
             "minus bagged NW (paired)": [plus_minus(*result.mse_difference(t, e, "bagged NW")) for t, e in mse.index],
         },
         index=mse.index,
     )
+
+
+def format_temperature_table(result: OnePrincipleResult) -> pd.DataFrame:
+    """The dot-product heads' validation MSE for every temperature, the chosen one, and the zero predictor's MSE.
+
+    Parameters
+    ----------
+    result : OnePrincipleResult
+
+    Returns
+    -------
+    DataFrame of str, one row per task.
+    """
+    import pandas as pd
+
+    if not isinstance(result, OnePrincipleResult):
+        raise TypeError(f"result must be a OnePrincipleResult, got {type(result).__name__}")
+    rows = {}
+    for name, run in result.runs.items():
+        row = {f"τ = {tau:g}": f"{mse:.4f}" for tau, mse in run.validation.items()}
+        row["chosen τ"] = f"{run.temperature:g}"
+        row["zero predictor (mean f²)"] = f"{result.zero_mse[name]:.4f}"
+        rows[name] = row
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("validation MSE of the heads' average")
 
 
 def format_floor_table(floor: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:

@@ -15,13 +15,15 @@ from itertools import combinations
 import numpy as np
 import pytest
 import torch
-from scipy.stats import norm
+from scipy.stats import t as student_t
 from statsmodels.stats.multitest import multipletests
 
 from nwlib import make_task
 from nwlib.evidence import Comparison
 from nwlib.experiments.one_principle import (
+    DP_HEADS,
     ENSEMBLES,
+    FIXED_HEADS,
     SHORT,
     Design,
     FloorData,
@@ -30,10 +32,13 @@ from nwlib.experiments.one_principle import (
     batch_a_contrasts,
     batch_b_contrasts,
     chapter_numbers,
+    dot_product_heads,
+    dot_product_projections,
     ensemble_batch,
     format_floor_table,
     format_law_table,
     format_mse_table,
+    format_temperature_table,
     format_terms_table,
     jackknife_comparisons,
     jackknife_groups,
@@ -44,6 +49,7 @@ from nwlib.experiments.one_principle import (
     plus_minus,
     rsm_target_fraction,
     run_ensembles,
+    select_temperature,
 )
 
 SMALL = dict(
@@ -73,6 +79,25 @@ def _nw(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, bandwidth: fl
     for j, q in enumerate(queries):
         k = np.exp(-((keys - q) ** 2).sum(-1) / (2 * bandwidth**2))
         out[j] = (k * values).sum() / k.sum()
+    return out
+
+
+def _layer_norm(a: np.ndarray) -> np.ndarray:
+    """torch.nn.functional.layer_norm over the last axis, no affine: (a - mean) / sqrt(biased var + 1e-5)."""
+    centred = a - a.mean(-1, keepdims=True)
+    return centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)
+
+
+def _dp_head(z: np.ndarray, x: np.ndarray, y: np.ndarray, wq: np.ndarray, wk: np.ndarray, tau: float) -> np.ndarray:
+    """One dot-product head with QK-norm on LayerNorm'd tokens, one query at a time (explicit softmax)."""
+    keys = _layer_norm(x) @ wk
+    keys /= np.linalg.norm(keys, axis=-1, keepdims=True)
+    out = np.empty(len(z))
+    for j, t in enumerate(_layer_norm(z)):
+        q = t @ wq
+        logits = keys @ (q / np.linalg.norm(q)) / tau
+        a = np.exp(logits - logits.max())
+        out[j] = (a * y).sum() / a.sum()
     return out
 
 
@@ -121,6 +146,9 @@ def _unbiased_bias_sq(p: np.ndarray, target: np.ndarray) -> float:
         (dict(forest_jobs=0), ValueError, "forest_jobs"),
         (dict(noise_sd=-0.1), ValueError, "noise_sd"),
         (dict(design_seed=-1), ValueError, "design_seed"),
+        (dict(temperatures=(0.1, 0.0)), ValueError, "temperatures"),
+        (dict(temperatures=()), TypeError, "temperatures"),
+        (dict(validation_replicates=0), ValueError, "validation_replicates"),
     ],
 )
 def test_config_rejects_bad_parameters_by_name(changes, error, name):
@@ -165,6 +193,9 @@ def test_ensemble_batch_against_brute_force(dtype, device):
     rows = torch.randint(0, n, (R, B, n), generator=ref, device=device)
     torch.rand(R, B, cfg.embed_dim, generator=ref, device=device)
     seeds = torch.randint(0, 2**31 - 1, (R,), generator=ref, device=device).tolist()
+    shape = (R, B, cfg.embed_dim, cfg.subset_dim)  # then W_Q and W_K of the dot-product heads, N(0, 1/D)
+    wq = torch.randn(shape, generator=ref, dtype=torch.float64, device=device) / math.sqrt(cfg.embed_dim)
+    wk = torch.randn(shape, generator=ref, dtype=torch.float64, device=device) / math.sqrt(cfg.embed_dim)
     assert torch.equal(gen.get_state(), ref.get_state())
     data = batch.floor_data
     assert torch.equal(data.rows, rows) and [f.random_state for f in data.forests] == seeds
@@ -181,7 +212,9 @@ def test_ensemble_batch_against_brute_force(dtype, device):
             head = _nw(z @ w[b], x[r] @ w[b], y[r], cfg.bandwidth_sub)  # the heads saw these training sets
             np.testing.assert_allclose(preds["bagged NW"][r, b], bag, rtol=rtol, atol=rtol)
             np.testing.assert_allclose(preds["random-subspace NW"][r, b], rsm, rtol=rtol, atol=rtol)
-            np.testing.assert_allclose(preds["attention heads"][r, b], head, rtol=rtol, atol=rtol)
+            np.testing.assert_allclose(preds[FIXED_HEADS][r, b], head, rtol=rtol, atol=rtol)
+            dp = _dp_head(z, x[r], y[r], _np(wq[r, b]), _np(wk[r, b]), 0.1)  # the default temperature
+            np.testing.assert_allclose(preds[DP_HEADS][r, b], dp, rtol=rtol, atol=rtol)
         trees = np.stack([t.predict(z.astype(np.float32)) for t in data.forests[r].estimators_])
         np.testing.assert_allclose(preds["random forest"][r], trees, rtol=1e-6)
         np.testing.assert_allclose(trees.mean(0), data.forests[r].predict(z), rtol=1e-5, atol=1e-6)  # sklearn's forest
@@ -200,16 +233,18 @@ def test_ensemble_batch_is_deterministic_and_batches_differ():
     assert torch.equal(one.floor_data.rows, other.floor_data.rows)  # the randomisation comes from the generator
 
 
-def test_run_ensembles_draws_two_data_seeds_per_task_then_the_batches():
+def test_run_ensembles_draws_three_data_seeds_per_task_then_the_batches():
     cfg = small(tasks=("interaction",))
     design = make_design(cfg)
     runs = run_ensembles(cfg, design, generator=torch.Generator().manual_seed(4))
     ref = torch.Generator().manual_seed(4)
-    seed_a, seed_b = torch.randint(0, 2**62, (2,), generator=ref).tolist()
+    seed_v, seed_a, seed_b = torch.randint(0, 2**62, (3,), generator=ref).tolist()
     task = make_task("interaction", cfg.embed_dim, noise_sd=cfg.noise_sd)
-    a = ensemble_batch(task, cfg, design, data_seed=seed_a, generator=ref)
-    b = ensemble_batch(task, cfg, design, data_seed=seed_b, generator=ref)
+    tau, scores = select_temperature(task, cfg, design, data_seed=seed_v, generator=ref)
+    a = ensemble_batch(task, cfg, design, data_seed=seed_a, generator=ref, temperature=tau)
+    b = ensemble_batch(task, cfg, design, data_seed=seed_b, generator=ref, temperature=tau)
     run = runs["interaction"]
+    assert run.temperature == tau and run.validation == scores
     assert all(torch.equal(run.a[e], a.predictions[e]) and torch.equal(run.b[e], b.predictions[e]) for e in ENSEMBLES)
     z = _np(design.eval_points)
     np.testing.assert_allclose(_np(run.target), math.sqrt(2) * np.sin(2 * z[:, 0]) * np.sin(2 * z[:, 1]), rtol=1e-12)
@@ -244,7 +279,10 @@ def test_law_tables_against_brute_force(experiment):
                 assert math.isclose(t.mse, mse, rel_tol=1e-9)
                 assert math.isclose(t.bias_sq, _unbiased_bias_sq(sub, target), rel_tol=1e-8, abs_tol=1e-12)
                 assert math.isclose(t.variance + t.covariance, measured, rel_tol=1e-8)
-    p = 2 * norm.sf(np.abs(law.dev / law.dev_se))
+    # Student t with Welch–Satterthwaite df: two delete-one jackknife SEs of R - 1 df each
+    a, b = law.measured_se**2, law.predicted_se**2
+    np.testing.assert_allclose(law.dev_df, (a + b) ** 2 / ((a**2 + b**2) / (experiment.config.replicates - 1)))
+    p = 2 * student_t.sf(np.abs(law.dev / law.dev_se), law.dev_df)
     assert list(law.significant) == list(multipletests(p, alpha=0.05, method="holm")[0])
 
 
@@ -300,10 +338,10 @@ def test_nested_heads_check_structure(experiment):
     long, pairs = heads.comparisons, heads.pairs
     assert len(long) == cfg.head_draws * len(cfg.tasks) * len(cfg.member_counts)
     assert len(pairs) == cfg.head_draws * len(cfg.tasks) and heads.table.shape == (cfg.head_draws, len(cfg.tasks))
-    main = law[law.ensemble == "attention heads"]
+    main = law[law.ensemble == FIXED_HEADS]
     draw0 = long[long.draw == 0]
     assert [c.estimate for c in draw0.deviation] == list(main.dev)  # draw 0 is the main experiment
-    p = [2 * norm.sf(abs(c.estimate / c.se)) for c in long.deviation]
+    p = [2 * student_t.sf(abs(c.estimate / c.se), c.df) for c in long.deviation]
     assert list(long.significant) == list(multipletests(p, alpha=0.05, method="holm")[0])
     for row in pairs.itertuples():
         sel = long[(long.draw == row.draw) & (long.task == row.task)]
@@ -336,8 +374,12 @@ def _explicit_weights(ens, data: FloorData, r: int, cfg: OnePrincipleConfig, des
                 np.add.at(out[b, j], idx, k / k.sum())
             else:
                 q, keys = (z[j, data.columns[r, b].numpy()], x[:, data.columns[r, b].numpy()])
-                if ens == "attention heads":
+                if ens == FIXED_HEADS:
                     q, keys = z[j] @ w[b], x @ w[b]
+                if ens == DP_HEADS:  # the head as a smoother: its weights on the responses (one-hot values)
+                    wq, wk = _np(data.query_weights[r, b]), _np(data.key_weights[r, b])
+                    out[b, j] = [_dp_head(z[j : j + 1], x, e, wq, wk, data.temperature)[0] for e in np.eye(cfg.n)]
+                    continue
                 k = np.exp(-((keys - q) ** 2).sum(-1) / (2 * cfg.bandwidth_sub**2))
                 out[b, j] = k / k.sum()
     return out
@@ -395,10 +437,10 @@ def test_identical_heads_have_noise_correlation_one():
     same = Design(design.eval_points, design.projections[:1].expand(cfg.max_members, -1, -1).contiguous())
     task = cfg.task("subspace")
     batch = ensemble_batch(task, cfg, same, data_seed=0, generator=torch.Generator().manual_seed(0))
-    w = member_weights("attention heads", batch.floor_data, 0, cfg, same)
+    w = member_weights(FIXED_HEADS, batch.floor_data, 0, cfg, same)
     cov = torch.einsum("bjn,cjn->bcj", w, w)
     torch.testing.assert_close(cov, cov[:1, :1].expand_as(cov))
-    p = batch.predictions["attention heads"]
+    p = batch.predictions[FIXED_HEADS]
     torch.testing.assert_close(p, p[:, :1].expand_as(p))
 
 
@@ -424,20 +466,19 @@ def test_batch_contrasts_against_brute_force(experiment):
     cfg = experiment.config
     for name in cfg.tasks:
         run = experiment.runs[name]
-        fits = [_cov_summary(_np(run.a[e])) for e in ENSEMBLES]
+        fits = [_cov_summary(_np(run.a[e])) for e in ENSEMBLES[:4]]
         rho, s2 = [c / v for v, c in fits], [v for v, _ in fits]
         expected_a = [rho[1] - rho[0], rho[1] - rho[2], rho[1] - rho[3], s2[0] - s2[1], s2[0] - s2[2], s2[0] - s2[3]]
-        np.testing.assert_allclose(batch_a_contrasts(*(run.a[e] for e in ENSEMBLES)), expected_a, rtol=1e-8, atol=1e-14)
+        got_a = batch_a_contrasts(*(run.a[e] for e in ENSEMBLES[:4]))
+        np.testing.assert_allclose(got_a, expected_a, rtol=1e-8, atol=1e-14)
         np.testing.assert_allclose([c.estimate for c in experiment.contrast_a[name]], expected_a, rtol=1e-8, atol=1e-14)
         target = _np(run.target)
-        f, r, h = (_np(run.b[e]) for e in ("random forest", "random-subspace NW", "attention heads"))
+        f, r, h = (_np(run.b[e]) for e in ("random forest", "random-subspace NW", FIXED_HEADS))
         expected_b = [
             _unbiased_bias_sq(h, target) - 10 * _ensemble_variance(h),
             _unbiased_bias_sq(r, target) - _unbiased_bias_sq(f, target),
         ]
-        got_b = batch_b_contrasts(
-            run.target, *(run.b[e] for e in ("random forest", "random-subspace NW", "attention heads"))
-        )
+        got_b = batch_b_contrasts(run.target, *(run.b[e] for e in ("random forest", "random-subspace NW", FIXED_HEADS)))
         np.testing.assert_allclose(got_b, expected_b, rtol=1e-7, atol=1e-12)
         # delete-a-group jackknife, groups of one replicate here (R = 4): brute force over the deleted replicate
         se = _jackknife_se(lambda q, t=target: _unbiased_bias_sq(q, t) - 10 * _ensemble_variance(q), h)
@@ -476,14 +517,19 @@ def test_chapter_numbers_cover_the_page_and_agree_with_the_tables(experiment):
     for name in experiment.config.tasks:
         for ens in ENSEMBLES:
             key = f"{name}_{SHORT[ens]}"
-            for prefix in ("rho", "sigma2", "mse", "bias_sq", "var_cov", "rho_noise", "floor"):
+            for prefix in ("rho", "sigma2", "mse", "bias_sq", "var_cov", "rho_noise", "floor", "removed"):
                 assert isinstance(numbers.estimates[f"{prefix}_{key}"], Comparison)
+            # the share of the zero predictor's MSE removed, and the jackknife's R - 1 degrees of freedom
+            zero = float((_np(experiment.runs[name].target) ** 2).mean())
+            removed = numbers.estimates[f"removed_{key}"]
+            assert math.isclose(removed.estimate, 1 - numbers.estimates[f"mse_{key}"].estimate / zero, rel_tol=1e-12)
+            assert removed.df == numbers.estimates[f"rho_{key}"].df == experiment.config.replicates - 1
             assert {f"rho_se_{key}", f"mse_se_{key}"} <= set(numbers.info)
             # variance + covariance of all members (decompose) is the measured variance (equicorrelation)
             law = experiment.law
             row = law[(law.task == name) & (law.ensemble == ens) & (law.b == experiment.config.max_members)].iloc[0]
             assert math.isclose(numbers.estimates[f"var_cov_{key}"].estimate, row.measured, rel_tol=1e-8)
-        for short in ("bagged", "rsm", "heads"):
+        for short in ("bagged", "rsm", "heads", "dp"):
             assert (
                 f"dmse_{short}_forest_{name}" in numbers.estimates and f"dmse_{short}_forest_se_{name}" in numbers.info
             )
@@ -495,6 +541,8 @@ def test_chapter_numbers_cover_the_page_and_agree_with_the_tables(experiment):
     assert all(type(v) is int for v in numbers.counts.values()) and all(type(v) is float for v in numbers.info.values())
     rho = experiment.summary.rho_a
     assert numbers.info["rho_bag_min"] == min(rho[(t, "bagged NW")] for t in cfg.tasks)
+    others = [rho[(t, e)] for t in cfg.tasks for e in ENSEMBLES[:4] if e != "bagged NW"]  # the four, not the dp heads
+    assert numbers.info["rho_nw_max_other"] == max(others)
     with pytest.raises(TypeError, match="result"):
         chapter_numbers(experiment.law)
 
@@ -503,6 +551,11 @@ def test_table_builders(experiment):
     mse = format_mse_table(experiment)
     assert list(mse.index) == [(t, e) for t in experiment.config.tasks for e in ENSEMBLES]
     assert mse.loc[("subspace", "random forest"), "minus forest (paired)"] == "0.0000 ± 0.0000"
+    zero = float((_np(experiment.runs["subspace"].target) ** 2).mean())
+    assert mse.loc[("subspace", DP_HEADS), "zero predictor's MSE (mean f²)"] == f"{zero:.4f}"
+    temps = format_temperature_table(experiment)
+    assert list(temps.index) == list(experiment.config.tasks)
+    assert temps.loc["subspace", "chosen τ"] == f"{experiment.runs['subspace'].temperature:g}"
     floor = format_floor_table(experiment.floor.table, experiment.summary)
     assert (
         floor.loc[("interaction", "bagged NW"), "ρ total (batch B)"]
@@ -546,3 +599,140 @@ def test_bad_arguments_are_named():
         one_principle_experiment(cfg, seed=-1)
     with pytest.raises(ValueError, match="ensemble"):
         member_weights("boosting", FloorData(*([None] * 5)), 0, cfg, design)
+
+
+# --- the dot-product heads --------------------------------------------------------------------------
+
+
+def test_dot_product_projections_are_independent_normal_draws():
+    gen = torch.Generator().manual_seed(3)
+    wq, wk = dot_product_projections(3, 4, 6, 2, generator=gen)
+    ref = torch.Generator().manual_seed(3)
+    assert torch.equal(wq, torch.randn(3, 4, 6, 2, generator=ref, dtype=torch.float64) / math.sqrt(6))
+    assert torch.equal(wk, torch.randn(3, 4, 6, 2, generator=ref, dtype=torch.float64) / math.sqrt(6))
+    assert not torch.equal(wq, wk)  # W_Q != W_K
+    big, _ = dot_product_projections(200, 10, 6, 2, generator=gen)
+    assert math.isclose(float(big.var()), 1 / 6, rel_tol=0.05)  # 24000 draws: the variance within 5 %
+    with pytest.raises(ValueError, match="head_dim"):
+        dot_product_projections(3, 4, 6, 0, generator=gen)
+    with pytest.raises(TypeError, match="generator"):
+        dot_product_projections(3, 4, 6, 2, generator=0)
+
+
+def test_dot_product_heads_against_brute_force(dtype, device):
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(3, 30, 5, generator=gen, device=device, dtype=dtype)
+    y = torch.randn(3, 30, generator=gen, device=device, dtype=dtype)
+    z = torch.randn(7, 5, generator=gen, device=device, dtype=dtype)
+    wq, wk = dot_product_projections(3, 20, 5, 2, generator=gen, dtype=dtype)  # 3 x 20 > one block of 16 heads
+    rtol = 1e-4 if dtype == torch.float32 else 1e-10
+    for tau in (0.05, 1.0):
+        got = _np(dot_product_heads(x, y, z, wq, wk, temperature=tau))
+        for r in range(3):
+            for h in range(20):
+                ref = _dp_head(_np(z), _np(x[r]), _np(y[r]), _np(wq[r, h]), _np(wk[r, h]), tau)
+                np.testing.assert_allclose(got[r, h], ref, rtol=rtol, atol=rtol)
+    with pytest.raises(ValueError, match="temperature"):
+        dot_product_heads(x, y, z, wq, wk, temperature=0.0)
+    with pytest.raises(ValueError, match="key_weights"):
+        dot_product_heads(x, y, z, wq, wk[:2], temperature=0.1)
+    with pytest.raises(ValueError, match="eval_points"):
+        dot_product_heads(x, y, z[:, :4], wq, wk, temperature=0.1)
+
+
+def test_select_temperature_is_the_validation_argmin():
+    cfg = small(temperatures=(0.02, 0.2, 2.0), validation_replicates=3)
+    design = make_design(cfg)
+    task = cfg.task("subspace")
+    tau, scores = select_temperature(task, cfg, design, data_seed=9, generator=torch.Generator().manual_seed(1))
+    # brute force: the same training sets (draw_training_sets' stream) and initialisations, explicit heads
+    from nwlib.ensembles import draw_training_sets
+
+    x, y = draw_training_sets(task, cfg.n, 3, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    wq, wk = dot_product_projections(
+        3, cfg.max_members, cfg.embed_dim, cfg.subset_dim, generator=torch.Generator().manual_seed(1)
+    )
+    z, f = _np(design.eval_points), _np(task.f(design.eval_points))
+    expected = {}
+    for t in cfg.temperatures:
+        heads = np.stack(
+            [[_dp_head(z, _np(x[r]), _np(y[r]), _np(wq[r, h]), _np(wk[r, h]), t) for h in range(4)] for r in range(3)]
+        )
+        expected[t] = float(((heads.mean(1) - f) ** 2).mean())
+    assert scores.keys() == expected.keys()
+    np.testing.assert_allclose(list(scores.values()), list(expected.values()), rtol=1e-10)
+    assert tau == min(expected, key=expected.get)
+    with pytest.raises(ValueError, match="data_seed"):
+        select_temperature(task, cfg, design, data_seed=-1, generator=torch.Generator())
+
+
+def test_gain_over_zero_and_variance_reduction_against_formulas(experiment):
+    cfg = experiment.config
+    for name in cfg.tasks:
+        run = experiment.runs[name]
+        zero = float((_np(run.target) ** 2).mean())
+        for ens in ENSEMBLES:
+            p = _np(run.b[ens])
+            mse = ((p.mean(1) - _np(run.target)) ** 2).mean(-1)
+            gain = experiment.gain_over_zero(name, ens)
+            assert math.isclose(gain.estimate, zero - mse.mean(), rel_tol=1e-10, abs_tol=1e-14)
+            assert math.isclose(gain.se, mse.std(ddof=1) / math.sqrt(len(mse)), rel_tol=1e-8)
+            red = experiment.variance_reduction(name, ens)
+            v_a, _ = _cov_summary(_np(run.a[ens]))
+            assert math.isclose(red.estimate, v_a - _ensemble_variance(p), rel_tol=1e-8, abs_tol=1e-14)
+            s = experiment.summary.loc[(name, ens)]
+            row = experiment.law[(experiment.law.task == name) & (experiment.law.ensemble == ens)].iloc[-1]
+            assert math.isclose(red.se, math.hypot(s.sigma2_se, row.measured_se), rel_tol=1e-12)
+            assert red.df <= 2 * (cfg.replicates - 1)  # Welch: at most the two batches' degrees of freedom
+
+
+# --- thm-equicorrelated: each part as stated, on random instances (could fail if a part were wrong) ---------------
+
+
+def test_theorem_part1_law_and_its_lower_bound_on_rho():
+    rng = np.random.default_rng(0)
+    for b in range(1, 9):
+        sigma2, rho = rng.uniform(0.1, 2.0), rng.uniform(-1 / max(b - 1, 1), 1.0)
+        cov = sigma2 * ((1 - rho) * np.eye(b) + rho * np.ones((b, b)))
+        assert math.isclose(cov.sum() / b**2, sigma2 * (rho + (1 - rho) / b), rel_tol=1e-12)
+    for b in range(2, 9):  # below -1/(B-1) the equicorrelation matrix is not a covariance matrix
+        bad = (1 + 1 / (b - 1) + 1e-3) * np.eye(b) - (1 / (b - 1) + 1e-3) * np.ones((b, b))
+        assert np.linalg.eigvalsh(bad).min() < 0
+
+
+def test_theorem_part2_randomised_members_by_monte_carlo():
+    # g(D, Θ) = μ(D) + ε(Θ): Var μ = 0.5, E Var(g | D) = 2; so ρ = 0.2 and Var f̄_B = 0.5 + 2/B
+    rng = np.random.default_rng(1)
+    mu = rng.normal(0, math.sqrt(0.5), size=(200_000, 1))
+    members = mu + rng.normal(0, math.sqrt(2.0), size=(200_000, 8))
+    for b in (1, 2, 8):
+        assert math.isclose(members[:, :b].mean(1).var(), 0.5 + 2.0 / b, rel_tol=0.02)
+    cov = np.cov(members, rowvar=False)
+    assert math.isclose(cov[~np.eye(8, dtype=bool)].mean() / np.diag(cov).mean(), 0.2, abs_tol=0.01)
+
+
+def test_theorem_part3_subset_average_by_enumeration():
+    rng = np.random.default_rng(2)
+    h = 6
+    a = rng.normal(size=(h, h + 2))
+    cov = a @ a.T  # any covariance matrix of H fixed members
+    v_bar, c_bar = np.diag(cov).mean(), cov[~np.eye(h, dtype=bool)].mean()
+    rho = c_bar / v_bar
+    for b in range(1, h + 1):
+        subsets = list(combinations(range(h), b))
+        mean_var = np.mean([cov[np.ix_(s, s)].sum() / b**2 for s in subsets])
+        assert math.isclose(mean_var, v_bar * (rho + (1 - rho) / b), rel_tol=1e-12)
+    first = cov[:2, :2].sum() / 4  # one particular subset need not follow the law
+    assert not math.isclose(first, v_bar * (rho + (1 - rho) / 2), rel_tol=1e-3)
+
+
+def test_theorem_part4_floor_for_any_nonnegative_weights():
+    rng = np.random.default_rng(3)
+    for n in (2, 5, 40):
+        w = rng.dirichlet(np.full(n, 0.3), size=7)  # 7 members' weights at one point, rows on the simplex
+        sigma2 = 0.25
+        cov = sigma2 * w @ w.T  # noise covariances σ² Σ_i w_i^b w_i^b'
+        assert (cov >= 0).all()
+        w_bar = w.mean(0)
+        assert math.isclose(cov.sum() / 49, sigma2 * (w_bar**2).sum(), rel_tol=1e-12)
+        assert sigma2 * (w_bar**2).sum() >= sigma2 / n - 1e-15
