@@ -53,7 +53,7 @@ JB_FLAGS    ?=
 # jupyter-book writes <path-output>/_build/html; that folder is then moved to HTML.
 JB_OUT       = $(patsubst %/,%,$(HTML)).jb
 
-.PHONY: help book pdf pdf-check test unit lint notebooks verdicts verify verify-compare verify-update robustness time-profile html browser-check gpu-check bench torch clean
+.PHONY: help book pdf pdf-check colab-check test unit lint notebooks verdicts verify verify-compare verify-update robustness time-profile html browser-check gpu-check bench torch clean
 
 help:
 	@echo "make book          execute notebooks (PROFILE=$(PROFILE)) and build the book into $(HTML)"
@@ -61,6 +61,7 @@ help:
 	@echo "                   check of the book in $(TEST_HTML)"
 	@echo "make pdf           the book as one PDF in $(PDF) (needs TeX Live, see the README)"
 	@echo "make pdf-check     build the PDF of the book in STAGE and check it (raw LaTeX, reprs, margins)"
+	@echo "make colab-check   run the notebooks that read repository files as Colab does, in a fresh venv"
 	@echo "make verify        rerun the quick profile and compare every glued value with verify/quick.json"
 	@echo "make verify-update rerun the quick profile and rewrite verify/quick.json (a deliberate change)"
 	@echo "make robustness    rerun the quick profile with SEEDS=\"$(SEEDS)\": notebooks, findings, labels and Monte"
@@ -173,8 +174,14 @@ $(CFFCONVERT): | $(PY)
 	$(VENV)/cffconvert/bin/pip install --quiet cffconvert==2.0.0
 
 unit: $(TEST_STAMP) $(CFFCONVERT)
-	@NWLIB_CFFCONVERT=$(CFFCONVERT) $(PY) -m pytest -m "not browser" ; rc=$$?; \
+	@NWLIB_CFFCONVERT=$(CFFCONVERT) $(PY) -m pytest -m "not browser and not colab" ; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+# make colab-check: the notebooks that read files of the repository, each run as Colab runs it (alone, in an
+# empty folder, in a fresh virtual environment that its install cell fills; tests/test_colab.py). Installing
+# that environment takes 5-10 min on a slow index, so CI (.ci/run) runs it after `make test`, not inside it.
+colab-check: $(TEST_STAMP)
+	$(PY) -m pytest -m colab tests/test_colab.py
 
 # Checks the book in HTML (make test: the one it has just built in _build/test/html).
 browser-check: $(TEST_STAMP)

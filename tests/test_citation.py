@@ -68,5 +68,5 @@ def test_repository_url_has_one_value():
         assert 'find_spec("nwlib")' in source and "pip" in source, (
             f"{path.name}: first code cell is not the install cell"
         )
-        urls = re.findall(r"git\+(https://[^\"'\s@]+)", source)
+        urls = re.findall(r"(https://github\.com/[^\"'\s@]+)", source)
         assert urls == [url], f"{path.name}: install cell points at {urls}, _config.yml at {url}"
