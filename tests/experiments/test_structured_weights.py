@@ -18,7 +18,7 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from nwlib import fibonacci_weights, geometric_weights, simulate
-from nwlib.book.verdicts import Case, judge
+from nwlib.book.verdicts import Case, judge_readings, within_conditions
 from nwlib.evidence import Comparison
 from nwlib.experiments import structured_weights as sw
 
@@ -41,6 +41,8 @@ TINY = dict(
     rate_ns=[32, 64],
     key_scale=2.0,
     value_leak=0.25,
+    quality_replicates=4,
+    quality_points=8,
 )
 
 
@@ -402,29 +404,134 @@ def test_consistent_heads_study_rates_are_the_tables_log_slopes():
     assert r1.scheme_rates.loc["uniform", "minus_uniform"] == pytest.approx(0.0, abs=1e-12)
 
 
-def test_attention_least_squares_weights_and_slopes_against_numpy(study):
-    fit = study.attention.fits[1.0]
-    A, B, f = fit.batch_a.numpy(), fit.batch_b.numpy(), study.design.target.numpy()
+def test_attention_least_squares_weights_and_zero_predictor_against_numpy(study):
+    fit, att = study.attention.fits[1.0], study.attention
+    A, f = fit.batch_a.numpy(), att.target.numpy()
     X = A.transpose(0, 2, 1).reshape(-1, 3)  # (R m, H)
     w_ls = np.linalg.lstsq(X, np.tile(f, 4), rcond=None)[0]
     np.testing.assert_allclose(fit.weights[sw.LEAST_SQUARES].numpy(), w_ls, rtol=1e-8)
     assert float(fit.ls_sum.estimate) == pytest.approx(w_ls.sum(), rel=1e-8)
-    # the slope of each replicate's uniform ensemble on f: an OLS slope
-    slopes = [np.polyfit(f, B[r].mean(0), 1)[0] for r in range(4)]
-    np.testing.assert_allclose(study.slopes.att_reps[1.0].numpy(), slopes, rtol=1e-9)
-    assert study.slopes.att[1.0].estimate == pytest.approx(np.mean(slopes))
-    assert study.slopes.att[1.0].se == pytest.approx(np.std(slopes, ddof=1) / 2)
-    ls_reps = study.slopes.ls_reps[1.0].numpy()
-    assert study.slopes.ls[1.0].estimate == pytest.approx(ls_reps.mean())
-    assert study.slopes.ls[1.0].se >= ls_reps.std(ddof=1) / 2  # batch A's part (jackknife) is added to B's
+    # the target is f at the LayerNorm'd evaluation points, and the zero predictor's MSE is its mean square
+    x = study.design.eval_points.numpy()
+    t = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(f, np.sin(2 * t[:, 0]) + t[:, 0] / 2, rtol=1e-6, atol=1e-6)
+    assert att.table.zero_mse.iloc[0] == pytest.approx(np.mean(f**2), rel=1e-9)
+    row = att.table[(att.table.kappa == 1.0) & (att.table.scheme == "uniform")].iloc[0]
+    assert row.removed == pytest.approx(1 - row.mse / np.mean(f**2))
+    assert fit.temperature in tiny().temperatures and set(att.tuning) == {0.0, 1.0}
+    assert "temperature τ (tuning batch)" in sw.zero_predictor_table(att).index
 
 
-def test_slope_replicates_of_an_exact_multiple(dtype, device, tol):
-    f = torch.linspace(-1, 1, 9, dtype=dtype, device=device)
-    batch = torch.stack([0.5 * f + 1.0, 0.5 * f - 2.0])[None].expand(3, 2, 9)  # every head: slope 1/2
-    got = sw.slope_replicates(batch, f)
-    assert got.shape == (3,) and got.dtype == dtype
-    torch.testing.assert_close(got, torch.full((3,), 0.5, dtype=dtype, device=device), **tol)
+def test_layer_norm_tokens_and_cosine_head_inputs_against_formulas(dtype, device, tol):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 7, 5, generator=g, dtype=dtype).to(device)
+    t = sw.layer_norm_tokens(x)
+    ref = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, correction=0, keepdim=True) + 1e-5)
+    torch.testing.assert_close(t, ref, **tol)
+    W = torch.randn(2, 5, generator=g, dtype=dtype).to(device)
+    got = sw.cosine_head_inputs(t, W, key_bias=0.7, scale=3.0)
+    assert got.shape == (3, 2, 7, 2)
+    for h in range(2):
+        torch.testing.assert_close(got[:, h, :, 0], 3.0 * t @ W[h], **tol)
+    torch.testing.assert_close(got[..., 1], torch.full_like(got[..., 1], 2.1), **tol)
+
+
+def test_cosine_heads_against_an_explicit_softmax_loop():
+    g = torch.Generator().manual_seed(6)
+    task = sw.make_task("single_index", 4, noise_sd=0.3)
+    tokens, y = sw.draw_token_data(task, 20, 3, generator=g)
+    assert tokens.dtype == sw.SIM_DTYPE and y.shape == (3, 20)
+    tokens, y = tokens.double(), y.double()
+    z = sw.layer_norm_tokens(torch.randn(6, 4, generator=g, dtype=torch.float64))
+    W = sw.relevance_projections(torch.tensor([0.2, 0.9, 1.3], dtype=torch.float64))[:, :, 0]
+    got = sw.cosine_heads(tokens, y, z, W, temperature=0.05, key_bias=1.5, key_scale=2.0, value_leak=0.25, chunk=2)
+    ref = np.empty((3, 3, 6))
+    T, Y, Z, Wn = tokens.numpy(), y.numpy(), z.numpy(), W.numpy()
+    for r in range(3):
+        for h in range(3):
+            k = np.stack([2.0 * T[r] @ Wn[h], np.full(20, 3.0)], 1)
+            q = np.stack([Z @ Wn[h] / 2.0, np.full(6, 0.75)], 1)
+            cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (k / np.linalg.norm(k, axis=1, keepdims=True)).T
+            a = np.exp(cos / 0.05 - (cos / 0.05).max(1, keepdims=True))
+            ref[r, h] = (a / a.sum(1, keepdims=True)) @ (Y[r] + 0.25 * T[r, :, h + 1])
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-10, atol=1e-12)
+
+
+def test_choose_temperature_is_the_argmin_of_a_brute_force_validation_curve():
+    task = sw.make_task("single_index", 4, noise_sd=0.3)
+    W = sw.relevance_projections(torch.tensor([0.2, 0.9, 1.3], dtype=torch.float64))[:, :, 0].float()
+    val = torch.randn(9, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    grid, kw = [0.01, 0.1, 1.0, 10.0], dict(key_bias=1.0, key_scale=2.0, value_leak=0.25)
+    tau, curve = sw.choose_temperature(
+        task, W, val, n=30, replicates=4, generator=torch.Generator().manual_seed(2), temperatures=grid, **kw
+    )
+    g = torch.Generator().manual_seed(2)
+    tokens, y = sw.draw_token_data(task, 30, 4, generator=g)
+    vt = sw.layer_norm_tokens(val.float())
+    y_val = task.f(vt) + 0.3 * torch.randn(4, 9, generator=g)
+    brute = [
+        float(((sw.cosine_heads(tokens, y, vt, W, temperature=t_, **kw) - y_val[:, None]) ** 2).double().mean())
+        for t_ in grid
+    ]
+    np.testing.assert_allclose(curve, brute, rtol=1e-6)
+    assert tau == grid[int(np.argmin(brute))] and curve[-1] > min(curve)  # a huge τ averages everything
+
+
+def test_quality_spread_and_attributes_against_scipy_and_holm():
+    from scipy import stats
+
+    g = torch.Generator().manual_seed(8)
+    errors = torch.rand(4, 30, generator=g, dtype=torch.float64) + torch.tensor([0.0, 0.05, 0.3, 1.0])[:, None]
+    order = torch.tensor([1, 0, 2, 3])  # batch A's ranking, best first
+    c = sw.quality_spread(errors, order, 3)  # the third best (head 2) minus the best (head 1), paired
+    diff = (errors[2] - errors[1]).numpy()
+    assert c.estimate == pytest.approx(diff.mean()) and c.se == pytest.approx(stats.sem(diff))
+    assert sw.quality_spread(errors, order).estimate == pytest.approx(float((errors[3] - errors[1]).mean()))
+    # Holm over the table, one-sided: the p-values of scipy's one-sample t test, stepped down by hand
+    spreads = {"big": sw.quality_spread(errors, order), "small": sw.quality_spread(errors, order, 2)}
+    p = sorted(
+        (stats.ttest_1samp((errors[order[k - 1]] - errors[order[0]]).numpy(), 0, alternative="greater").pvalue, name)
+        for name, k in (("big", 4), ("small", 2))
+    )
+    adjusted = {p[0][1]: min(1, 2 * p[0][0]), p[1][1]: max(min(1, 2 * p[0][0]), p[1][0])}
+    expected = {k: "heterogeneous" if adjusted[k] <= 0.05 else "homogeneous" for k in spreads}
+    assert sw.quality_attributes(spreads) == expected and expected["big"] == "heterogeneous"
+    # equal quality: the spread's mean is zero whichever heads A picked
+    same = torch.rand(3, 400, generator=g, dtype=torch.float64)
+    assert sw.quality_attributes({"eq": sw.quality_spread(same, torch.tensor([2, 0, 1]))}) == {"eq": "homogeneous"}
+    assert sw.estimator_attribute({"uniform": 0.9, "best head only": 1.2}, 1.0) == "smooths"
+    assert sw.estimator_attribute({"uniform": 1.1, "best head only": 1.2}, 1.0) == "fails"
+    assert sw.zero_predictor_mse(torch.tensor([3.0, 4.0])) == pytest.approx(12.5)
+
+
+def test_part_4_bounds_hold_with_the_condition_and_fail_without_it():
+    g = torch.Generator().manual_seed(7)
+    for _ in range(50):  # with M ⪰ c diag(M): c Σ α² M_hh <= α'Mα <= (Σ |α| √M_hh)²
+        L = torch.randn(4, 4, generator=g, dtype=torch.float64)
+        M, a = L @ L.T + 0.05 * torch.eye(4, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64)
+        d = M.diagonal()
+        c = sw.no_cancellation_constant(M)
+        corr = M.numpy() / np.sqrt(np.outer(d.numpy(), d.numpy()))
+        assert c == pytest.approx(np.linalg.eigvalsh(corr).min(), rel=1e-10)
+        assert c * float((a**2 * d).sum()) <= float(a @ M @ a) * (1 + 1e-12) <= float(a.abs() @ d.sqrt()) ** 2 * 1.01
+    ns = [1e10, 1e12, 1e14, 1e16]
+    # uncorrelated heads of rates 0.8 and 0.5: every positive fixed scheme converges at the slow rate (asymptotically)
+    diag = torch.stack([torch.diag(torch.tensor([n_**-0.8, n_**-0.5], dtype=torch.float64)) for n_ in [1e20, 1e30]])
+    assert sw.scheme_rate(diag, [1e20, 1e30], torch.tensor([0.9, 0.1], dtype=torch.float64)) == pytest.approx(
+        0.5, abs=0.01
+    )
+    # the counterexample: each head at rate 0.5, their average at 0.8, and c -> 0
+    M_c = sw.cancelling_heads(ns, fast=0.8, slow=0.5)
+    e = torch.eye(2, dtype=torch.float64)
+    assert all(sw.scheme_rate(M_c, ns, e[h]) == pytest.approx(0.5, abs=0.01) for h in range(2))
+    assert sw.scheme_rate(M_c, ns, torch.tensor([0.5, 0.5], dtype=torch.float64)) == pytest.approx(0.8, abs=1e-9)
+    cs = [sw.no_cancellation_constant(M) for M in M_c]
+    assert all(b < a for a, b in zip(cs, cs[1:], strict=False)) and cs[-1] < 1e-4
+    # brute force: M(n) is the second-moment matrix of e = (+s + w1, -s + w2) with the stated scales
+    n_ = 1e3
+    s_, w_ = n_**-0.25, n_**-0.4
+    expected = np.array([[s_**2 + w_**2, -(s_**2)], [-(s_**2), s_**2 + w_**2]])
+    np.testing.assert_allclose(sw.cancelling_heads([n_], fast=0.8, slow=0.5)[0].numpy(), expected, rtol=1e-12)
 
 
 # --- the study and what the chapter quotes ----------------------------------------------------
@@ -451,6 +558,8 @@ QUOTED = {
         "rate_half_size",
         "key_scale",
         "value_leak",
+        "key_bias",
+        "att_zero_mse",
     },
     "mc": {
         "e1_unif_k1",
@@ -462,8 +571,7 @@ QUOTED = {
         "rate_halves",
         "rate_fib_minus_unif",
         "att_ls_sum_k0",
-        "att_slope_k1",
-        "gauss_slope_k0",
+        "att_unif_removed_k1",
     },
     "info": {
         "e1_oracle_k1",
@@ -475,6 +583,7 @@ QUOTED = {
         "rate_head_fast_se",
         "att_fib_change_k0",
         "att_ls_gain_k0_se",
+        "att_tau_k1",
     },
 }
 
@@ -526,19 +635,43 @@ def test_finding_evidence_verdict_and_tables(study):
     assert len(ev["e2_negative_weight"]) == 3 and len(ev["rate_ranking"]) == 4
     assert ev.ratio_bound == pytest.approx(2 * (3 * 0.25) ** 2)  # Fibonacci (2, 1, 1)/4: the slowest head's weight
     assert 1 <= ev.k_worst <= 3 and 1 <= ev.k_star <= 3 and ev.half == 1
-    specs = sw.verdict_cases(ev, study, lambda name: name.startswith(("r", "eq_loss")))  # equal quality fails
-    assert [c.reading for c in specs] == ["1"] * 5 + ["2"] * 4 + ["equal"] * 3
-    assert sw.reading_counts(specs) == {"reading1_ok": 5, "reading1_total": 5, "reading2_ok": 4, "reading2_total": 4}
-    verdict = judge(
-        "C11",
-        [Case(c.name, c.holds, c.attributes) for c in specs],
-        conditions=sw.CONDITIONS,
-        reason=sw.verdict_reason(study, ev, specs),
+    # every finding holds: the claim's findings, and the equal-quality losses (so those cases fail)
+    readings = sw.verdict_readings(ev, study, lambda name: True)
+    assert [r.name for r in readings] == list(sw.READINGS) and [r.charitable for r in readings][0]
+    assert len(readings[0].cases) == 5 + 3 and len(readings[3].cases) == 3 + 2
+    assert [c.could_fail for c in readings[-1].cases] == [False]
+    for r in readings:
+        for c in r.cases:
+            assert c.attributes["quality"] in ("heterogeneous", "homogeneous")
+            assert c.attributes["estimator"] in ("smooths", "fails") and c.attributes["ranking"] == "by quality"
+    eq_cases = [c for c in readings[1].cases if "κ = 0" in c.name]
+    assert len(eq_cases) == 3 and not any(c.holds for c in eq_cases)  # eq_loss_* hold: Fibonacci loses there
+    # the quality attribute is the library's criterion on every case's spread, Holm over the table
+    kinds = sw.quality_attributes(sw.quality_spreads(study, ev))
+    assert readings[1].cases[0].attributes["quality"] == kinds["e1"] and len(kinds) == 5 + 3 + 3 + 1
+    assert list(sw.quality_table(sw.quality_spreads(study, ev)).columns) == ["spread", "quality"]
+    verdict = judge_readings("C11", readings, reason=sw.verdict_reason(study, ev, readings))
+    assert verdict.charitable.name == "existential" and verdict.label == verdict.readings[0].label
+    assert verdict.readings[-1].label == "not reproduced as stated" and not verdict.readings[-1].decisive
+    counts = sw.reading_counts(readings)
+    assert set(counts) == {f"reading_{i}_{x}" for i in range(6) for x in ("ok", "total")} | {
+        "cases_estimator_fails",
+        "equal_homogeneous",
+        "equal_total",
+    }
+    assert counts["equal_total"] == 3 and counts["cases_estimator_fails"] == 0
+    q_num = sw.quality_numbers(study, ev)
+    assert set(q_num.mc) == {"quality_e1_pct", "quality_eq_e1_pct", "quality_nest_e2_worst_pct"}
+    table = sw.cases_table(readings)
+    assert list(table.columns[:4]) == ["reading", "case", "holds", "inside"] and len(table) == sum(
+        len(r.cases) for r in readings
     )
-    assert verdict.label == "reproduced under the paper's conditions"  # equal quality fails, outside the conditions
-    assert "in 5 of 5 heterogeneous settings" in sw.verdict_reason(study, ev, specs)
+    # a case whose estimators all fail the zero predictor lies outside the conditions
+
+    failing = Case("x", False, {**readings[0].cases[0].attributes, "estimator": "fails"})
+    assert not within_conditions(failing, sw.CONDITIONS)
     assert sw.summary_table(study).shape[1] == 6 and len(sw.validation_table(study.validation)) == 3 * 3
-    assert list(sw.cases_table(specs).columns[:2]) == ["case", "holds"] and len(sw.rate_table(study)) == 3
+    assert len(sw.rate_table(study)) == 3
 
 
 def test_validation_study_counts_fits_and_has_nan_se_with_one_fit(study):
@@ -579,8 +712,60 @@ def test_validation_study_counts_fits_and_has_nan_se_with_one_fit(study):
         (lambda: sw.independent_heads_model(1, [0.5]), ValueError, "num_heads"),
         (lambda: sw.adding_helps(0.0, 2.0, 5), ValueError, "ratio"),
         (lambda: sw.geometric_sequence(0, 0.5), ValueError, "num_heads"),
+        (lambda: tiny(temperatures=[0.1, 0.0]), ValueError, "temperatures"),
+        (lambda: tiny(key_bias=0.0), ValueError, "key_bias"),
+        (lambda: tiny(tuning_replicates=0), ValueError, "tuning_replicates"),
+        (lambda: sw.quality_attributes({}), ValueError, "spreads"),
+        (lambda: sw.quality_spread(torch.zeros(2, 3), torch.tensor([0, 1]), 3), ValueError, "k"),
+        (lambda: sw.estimator_attribute({}, 1.0), ValueError, "mse_a"),
+        (lambda: sw.no_cancellation_constant(torch.zeros(2, 2)), ValueError, "second_moments"),
+        (lambda: sw.cancelling_heads([10.0], fast=0.0, slow=0.5), ValueError, "fast"),
+        (
+            lambda: sw.cosine_head_inputs(torch.zeros(2, 3), torch.zeros(2, 4), key_bias=1.0),
+            ValueError,
+            "directions",
+        ),
     ],
 )
 def test_bad_inputs_are_named(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_population_head_errors_draw_fresh_points_against_a_loop():
+    task = sw.make_task("single_index", 4, noise_sd=0.5)
+    W = sw.relevance_projections(torch.tensor([0.3, 0.3, 1.2], dtype=torch.float64))
+
+    def predict(z, g):
+        return sw.simulate_heads(task, W, z, n=20, replicates=1, generator=g)[0], task.f(z)
+
+    g = torch.Generator().manual_seed(9)
+    got = sw.population_head_errors(lambda z: predict(z, g), 4, replicates=5, points=7, generator=g)
+    g2, ref = torch.Generator().manual_seed(9), []
+    for _ in range(5):
+        z = torch.randn(7, 4, generator=g2).double()
+        pred, f_z = predict(z, g2)
+        ref.append(np.mean((pred.numpy() - f_z.numpy()[None]) ** 2, axis=1))
+    np.testing.assert_allclose(got.numpy(), np.stack(ref, 1), rtol=1e-12)
+    assert got.shape == (3, 5)
+
+
+def test_quality_batches_cover_every_setting_and_the_equal_heads_are_homogeneous(study):
+    q = study.quality
+    assert set(q) == {"e1", "e2", "att", "eq_e1", "eq_e2", "eq_att", "rate_n32", "rate_n64"}
+    assert all(v.shape == (3, 4) and bool((v >= 0).all()) for v in q.values())
+    # heads equal in distribution (κ = 0, angles equal): no spread on a large quality batch
+    big = sw.Settings(**{**TINY, "quality_replicates": 120, "quality_points": 16})
+    st = sw.Study(
+        big,
+        study.design,
+        study.relevance,
+        study.bandwidth,
+        study.nested,
+        study.validation,
+        study.rates,
+        study.attention,
+    )
+    qb = sw.quality_batches(st, generator=torch.Generator().manual_seed(11))
+    spread = sw.quality_spread(qb["eq_e1"], study.relevance.fits[0.0].ranking.order)
+    assert abs(spread.estimate) < 4 * spread.se  # mean zero under equal quality, within Monte Carlo error
