@@ -67,6 +67,7 @@ from .._validation import (
 from ..decomposition import decompose
 from ..device import resolve_device
 from ..evidence import Comparison, mean, paired, significant
+from ..kernels import cosine_attention
 from ..montecarlo import simulate
 from ..sweep import grid, point_seed, require_point, run_sweep
 from ..tasks import RegressionTask, make_task
@@ -82,9 +83,20 @@ __all__ = [
     "KERNEL_NAMES",
     "OUTPUT_WEIGHTS",
     "ArchitectureFits",
+    "ClusterSlope",
+    "cluster_bootstrap_slope",
+    "deduplicated",
     "ComparisonHeadDims",
     "GrowthFit",
     "HeadCountSweep",
+    "ManyHeadsTests",
+    "DEFAULT_TEMPERATURES",
+    "HALVES",
+    "QUERY_SCALE",
+    "cosine_heads",
+    "dot_product_effective_size",
+    "many_heads_tests",
+    "own_dimension_optimum",
     "approximation_error",
     "architecture_fits",
     "best_at",
@@ -113,11 +125,22 @@ HEAD_COUNT_TARGETS: tuple[str, ...] = ("additive", "local", "global")
 COMBINATIONS: tuple[str, ...] = ("sum", "mean")
 """How the heads are combined in :func:`approximation_error`: added up (W_O) or averaged (1/H)."""
 
-KERNELS: tuple[str, ...] = ("gaussian", "exp")
-"""Kernels of :func:`head_count_point`: the Gaussian NW surrogate and attention's dot-product kernel."""
+KERNELS: tuple[str, ...] = ("gaussian", "exp", "cosine")
+"""Kernels of :func:`head_count_point`: the Gaussian NW surrogate, attention's dot-product kernel on raw
+Gaussian inputs, and QK-normalised attention on LayerNorm'd tokens (:func:`cosine_heads`)."""
 
-KERNEL_NAMES: dict[str, str] = {"gaussian": "Gaussian", "exp": "dot-product"}
+KERNEL_NAMES: dict[str, str] = {"gaussian": "Gaussian", "exp": "dot-product", "cosine": "cosine (QK-norm)"}
 """How the chapter's prose names each of :data:`KERNELS`."""
+
+DEFAULT_TEMPERATURES: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0)
+"""The temperatures τ swept for the ``"cosine"`` kernel (chosen per head dimension on the fitting batch)."""
+
+QUERY_SCALE = 2.0
+"""W_Q^h = QUERY_SCALE · W_K^h for the cosine heads: a matrix other than W_K^h that, after the QK
+normalisation, still centres the head's kernel on the query (any positive multiple does)."""
+
+HALVES: tuple[str, ...] = ("select", "test")
+"""The two halves of the evaluation batch: replicates [0, R//2) select a head dimension, [R//2, R) test it."""
 
 OUTPUT_WEIGHTS: tuple[str, ...] = ("fitted", "uniform")
 """Output weights of the sweep's heads: least squares on a fitting batch (the analogue of W_O), or 1/H.
@@ -420,6 +443,112 @@ def approximation_error(name: str, head_dim: int, embed_dim: int, *, combination
     return var_f - (2 - 1 / heads) * var_g
 
 
+def cosine_heads(
+    x: Tensor, y: Tensor, queries: Tensor, head_dim: int, *, temperature: float, chunk: int = 16
+) -> Tensor:
+    r"""Predictions of H = D/d_k QK-normalised attention heads on LayerNorm'd tokens (attention where it can smooth).
+
+    Tokens are normalised as a transformer's pre-norm layer does (``layer_norm`` over the D
+    coordinates, no affine part); head h reads block h of the normalised token through
+    :math:`W_K^h` (:func:`block_projections`) and :math:`W_Q^h` = :data:`QUERY_SCALE` ·
+    :math:`W_K^h`, normalises queries and keys (QK-norm) and averages the responses with weights
+    :math:`\operatorname{softmax}(\langle\hat q, \hat k\rangle/\tau)` (:func:`nwlib.cosine_attention`): on the
+    sphere a Gaussian kernel of bandwidth :math:`\sqrt\tau`. The values are the responses (the
+    head's :math:`W_V^h` reads the token's response).
+
+    Parameters
+    ----------
+    x : Tensor, shape (R, n, D)
+        Training inputs of R training sets (floating dtype).
+    y : Tensor, shape (R, n)
+        Their responses.
+    queries : Tensor, shape (m, D)
+        Evaluation points (normalised the same way).
+    head_dim : int
+        d_k, a divisor of D.
+    temperature : float
+        τ > 0.
+    chunk : int, default 16
+        Training sets per batched call (memory).
+
+    Returns
+    -------
+    Tensor, shape (R, H, m)
+
+    Raises
+    ------
+    TypeError, ValueError
+        On bad shapes, a ``head_dim`` that does not divide D or a bad temperature.
+
+    Examples
+    --------
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(2, 50, 4, generator=g, dtype=torch.float64)
+    >>> z = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    >>> cosine_heads(x, x[..., 0], z, 2, temperature=0.1).shape
+    torch.Size([2, 2, 3])
+    """
+    x = require_tensor(x, "x", min_dim=3)
+    y = require_tensor(y, "y", min_dim=2)
+    queries = require_tensor(queries, "queries", min_dim=2)
+    if x.dim() != 3 or y.shape != x.shape[:2] or queries.dim() != 2 or queries.shape[-1] != x.shape[-1]:
+        raise ValueError(
+            f"x, y and queries must have shapes (R, n, D), (R, n) and (m, D), got {tuple(x.shape)}, "
+            f"{tuple(y.shape)} and {tuple(queries.shape)}"
+        )
+    dim = x.shape[-1]
+    step = require_positive_int(chunk, "chunk")
+    w_k = block_projections(head_dim, dim, dtype=x.dtype, device=x.device)  # checks head_dim
+    heads = w_k.shape[0]
+    q = torch.nn.functional.layer_norm(queries, (dim,)) @ (QUERY_SCALE * w_k)  # (H, m, d_k)
+    out = torch.empty(x.shape[0], heads, queries.shape[0], dtype=x.dtype, device=x.device)
+    for start in range(0, x.shape[0], step):
+        stop = min(start + step, x.shape[0])
+        keys = torch.nn.functional.layer_norm(x[start:stop], (dim,)).unsqueeze(1) @ w_k  # (r, H, n, d_k)
+        values = y[start:stop, None, :].expand(-1, heads, -1)
+        out[start:stop] = cosine_attention(q, keys, values, temperature=temperature)
+    return out
+
+
+def _cosine_predictions(
+    x_fit: Tensor,
+    y_fit_train: Tensor,
+    x_eval: Tensor,
+    y_eval_train: Tensor,
+    z_fit: Tensor,
+    y_fit: Tensor,
+    z_eval: Tensor,
+    head_dim: int,
+    temperatures: Sequence[float],
+) -> tuple[Tensor, Tensor, Tensor, float, float]:
+    """Cosine heads at the temperatures chosen on the fitting batch: (pred for 1/H, pred for W_O, W_O, τ_u, τ_f).
+
+    τ for the average: the smallest validation error of the mean of the heads against the noisy
+    responses at the fitting points. τ for fitted output weights: two-fold cross-validation over the
+    fitting batch's training sets (weights fitted on one half, scored on the other). The evaluation
+    batch is never used for the choice.
+    """
+    half = x_fit.shape[0] // 2
+    scores_u, scores_f, preds = [], [], []
+    for tau in temperatures:
+        p = cosine_heads(x_fit, y_fit_train, z_fit, head_dim, temperature=tau)
+        preds.append(p)
+        scores_u.append(float((p.mean(1) - y_fit).pow(2).mean()))
+        cv = 0.0
+        for a, b in ((slice(0, half), slice(half, None)), (slice(half, None), slice(0, half))):
+            w = least_squares_weights(p[a], y_fit[a])
+            cv += float(((w[:, None] * p[b]).sum(1) - y_fit[b]).pow(2).mean())
+        scores_f.append(cv)
+    i_u, i_f = int(np.argmin(scores_u)), int(np.argmin(scores_f))
+    w_fit = least_squares_weights(preds[i_f], y_fit)
+    pred_u = cosine_heads(x_eval, y_eval_train, z_eval, head_dim, temperature=temperatures[i_u])
+    pred_f = (
+        pred_u if i_f == i_u else cosine_heads(x_eval, y_eval_train, z_eval, head_dim, temperature=temperatures[i_f])
+    )
+    return pred_u, pred_f, w_fit, float(temperatures[i_u]), float(temperatures[i_f])
+
+
 _POINT_KEYS = ("target", "kernel", "n", "embed_dim", "replicates", "replicates_fit", "m", "noise_sd")
 
 
@@ -444,16 +573,19 @@ def head_count_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
     :math:`W_K^h` the block, :math:`W_Q^h = \sqrt{d_k}\,W_K^h` (so that the logits are
     :math:`\langle W_K^{h\top} z, W_K^{h\top} x_i\rangle`: unit temperature after attention's
     :math:`1/\sqrt{d_k}`) and values :math:`W_V^h` reading the response of the token
-    :math:`(x_i, y_i)`.
+    :math:`(x_i, y_i)`. ``"cosine"`` is attention where it can smooth (:func:`cosine_heads`): LayerNorm'd
+    tokens, QK-normalised heads, a temperature per head dimension chosen from ``temperatures`` on the
+    fitting batch only (:func:`_cosine_predictions`), the same training sets for every temperature and d_k.
 
     Parameters
     ----------
     point : Mapping
-        ``target`` (see :data:`HEAD_COUNT_TARGETS`), ``kernel`` ("gaussian" or "exp"), ``n``,
+        ``target`` (see :data:`HEAD_COUNT_TARGETS`), ``kernel`` (see :data:`KERNELS`), ``n``,
         ``embed_dim``, ``replicates`` (>= 3), ``replicates_fit``, ``m`` and ``noise_sd``;
         optionally ``eval_seed`` (an int): then the evaluation and fitting points and the fitting
         noise come from :func:`nwlib.sweep.point_seed` of it and (target, D, m, replicates_fit),
-        so that every n and kernel of a target is scored on the same points.
+        so that every n and kernel of a target is scored on the same points; for ``"cosine"``,
+        optionally ``temperatures`` (default :data:`DEFAULT_TEMPERATURES`; ``replicates_fit`` >= 2).
     seed : int
         Seeds everything (the points, the noise and both batches), e.g. from
         :func:`nwlib.sweep.point_seed`.
@@ -470,7 +602,8 @@ def head_count_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
         (variance + covariance with the fitted output weights); ``floor_sum`` and ``floor_mean``, the
         approximation error on the evaluation points (:func:`block_conditional_mean` summed or
         averaged against f); ``mse_zero``, the integrated
-        squared error of predicting 0 (the mean of f² over the evaluation points); and ``device``.
+        squared error of predicting 0 (the mean of f² over the evaluation points); ``device``; and for
+        ``"cosine"`` the chosen ``temperature_uniform`` and ``temperature_fitted`` per head dimension.
 
     Raises
     ------
@@ -521,40 +654,65 @@ def head_count_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu"
             "floor_mean",
         )
     }
+    temperatures: list[float] = []
+    if kernel == "cosine":
+        temps_in = point.get("temperatures", DEFAULT_TEMPERATURES)
+        temperatures = [require_real(t, "temperatures", minimum=0.0, strict_minimum=True) for t in temps_in]
+        if not temperatures or min(temperatures) <= 0:
+            raise ValueError(f"temperatures must be a non-empty list of positive numbers, got {temperatures!r}")
+        if reps_fit < 2:
+            raise ValueError(
+                f"replicates_fit must be >= 2 for the cosine kernel (two-fold choice of τ), got {reps_fit}"
+            )
+        x_fit, y_fit_train = task.sample(
+            (reps_fit,), n, generator=torch.Generator(device=dev).manual_seed(seed_fit), dtype=dtype
+        )
+        x_ev, y_ev_train = task.sample(
+            (reps,), n, generator=torch.Generator(device=dev).manual_seed(seed_eval), dtype=dtype
+        )
+        out["temperature_uniform"], out["temperature_fitted"] = [], []
     for k in divisor_head_dims(dim):
         w_k = block_projections(k, dim, dtype=dtype, device=dev)
         heads = w_k.shape[0]
-        extra: dict[str, Any] = {"kernel": kernel}
-        if kernel == "exp":
-            values = torch.zeros(heads, dim + 1, dtype=dtype, device=dev)
-            values[:, -1] = 1.0
-            extra.update(query_projections=math.sqrt(k) * w_k, value_projections=values)
-        fit = simulate(
-            task,
-            w_k,
-            z_fit,
-            n=n,
-            replicates=reps_fit,
-            generator=torch.Generator(device=dev).manual_seed(seed_fit),
-            **extra,
-        )
-        pred = simulate(
-            task,
-            w_k,
-            z_eval,
-            n=n,
-            replicates=reps,
-            generator=torch.Generator(device=dev).manual_seed(seed_eval),
-            **extra,
-        )
-        w_fit = least_squares_weights(fit, y_fit)
+        if kernel == "cosine":
+            pred, pred_f, w_fit, tau_u, tau_f = _cosine_predictions(
+                x_fit, y_fit_train, x_ev, y_ev_train, z_fit, y_fit, z_eval, k, temperatures
+            )
+            out["temperature_uniform"].append(tau_u)
+            out["temperature_fitted"].append(tau_f)
+        else:
+            extra: dict[str, Any] = {"kernel": kernel}
+            if kernel == "exp":
+                values = torch.zeros(heads, dim + 1, dtype=dtype, device=dev)
+                values[:, -1] = 1.0
+                extra.update(query_projections=math.sqrt(k) * w_k, value_projections=values)
+            fit = simulate(
+                task,
+                w_k,
+                z_fit,
+                n=n,
+                replicates=reps_fit,
+                generator=torch.Generator(device=dev).manual_seed(seed_fit),
+                **extra,
+            )
+            pred = simulate(
+                task,
+                w_k,
+                z_eval,
+                n=n,
+                replicates=reps,
+                generator=torch.Generator(device=dev).manual_seed(seed_eval),
+                **extra,
+            )
+            pred_f = pred
+            w_fit = least_squares_weights(fit, y_fit)
         w_unif = uniform_weights(heads, dtype=dtype, device=dev)
         dec_u = decompose(pred, f_eval, w_unif).integrated()
-        dec_f = decompose(pred, f_eval, w_fit).integrated()
+        dec_f = decompose(pred_f, f_eval, w_fit).integrated()
         out["head_dims"].append(k)
         out["num_heads"].append(heads)
         out["mse_uniform"].append(replicate_mse(pred, f_eval, w_unif).double().cpu().tolist())
-        out["mse_fitted"].append(replicate_mse(pred, f_eval, w_fit).double().cpu().tolist())
+        out["mse_fitted"].append(replicate_mse(pred_f, f_eval, w_fit).double().cpu().tolist())
         out["weights_fitted"].append(w_fit.double().cpu().tolist())
         out["mean_correlation"].append(dec_u.mean_correlation)
         out["bias_sq_uniform"].append(dec_u.bias_sq)
@@ -671,6 +829,7 @@ def head_count_grid(
     num_eval_points: int,
     noise_sd: float,
     seed: int,
+    temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
 ) -> list[dict[str, Any]]:
     """The chapter's grid of independent points: every target × kernel × n (see :func:`head_count_point`).
 
@@ -692,6 +851,9 @@ def head_count_grid(
         σ.
     seed : int
         The sweep's seed (>= 0), also the points' ``eval_seed``.
+    temperatures : sequence of float, default :data:`DEFAULT_TEMPERATURES`
+        The τ swept by the ``"cosine"`` points (a coordinate of those points only, so the other
+        kernels' points, and their seeds, do not depend on it).
 
     Returns
     -------
@@ -708,14 +870,19 @@ def head_count_grid(
     >>> points = head_count_grid(embed_dim=12, sample_sizes=[128, 512], replicates=4, replicates_fit=2,
     ...                          num_eval_points=16, noise_sd=0.5, seed=0)
     >>> len(points), points[0]["target"], points[0]["kernel"], points[0]["n"], points[0]["m"]
-    (12, 'additive', 'gaussian', 128, 16)
+    (18, 'additive', 'gaussian', 128, 16)
+    >>> points[4]["kernel"], points[4]["temperatures"][:2]
+    ('cosine', [0.01, 0.03])
     """
     dim = require_positive_int(embed_dim, "embed_dim")
     if isinstance(sample_sizes, (str, bytes)) or not isinstance(sample_sizes, Sequence) or not sample_sizes:
         raise TypeError("sample_sizes must be a non-empty sequence of ints")
     sizes = [require_positive_int(n, "sample_sizes") for n in sample_sizes]
     seed = require_seed(seed)
-    return grid(
+    if isinstance(temperatures, (str, bytes)) or not isinstance(temperatures, Sequence) or not temperatures:
+        raise TypeError("temperatures must be a non-empty sequence of positive numbers")
+    temps = [require_real(t, "temperatures", minimum=0.0, strict_minimum=True) for t in temperatures]
+    points = grid(
         target=list(HEAD_COUNT_TARGETS),
         kernel=list(KERNELS),
         n=sizes,
@@ -726,6 +893,10 @@ def head_count_grid(
         noise_sd=[require_real(noise_sd, "noise_sd", minimum=0.0)],
         eval_seed=[seed],
     )
+    for p in points:
+        if p["kernel"] == "cosine":
+            p["temperatures"] = list(temps)
+    return points
 
 
 @dataclass(frozen=True, eq=False)
@@ -778,7 +949,16 @@ class HeadCountSweep:
             raise ValueError(f"n must be one of the sweep's sample sizes {self.sample_sizes}, got {n!r}")
         return int(n)
 
-    def series(self, target: str, kernel: str, output_weights: str, head_dim: int, n: int | None = None) -> Tensor:
+    def series(
+        self,
+        target: str,
+        kernel: str,
+        output_weights: str,
+        head_dim: int,
+        n: int | None = None,
+        *,
+        half: str | None = None,
+    ) -> Tensor:
         """Per-replicate errors of one configuration, for :func:`nwlib.evidence.paired`.
 
         Parameters
@@ -789,6 +969,10 @@ class HeadCountSweep:
             d_k, a divisor of D.
         n : int, optional
             One of the sweep's sample sizes (default: the largest).
+        half : {"select", "test"}, optional
+            Only the first R//2 replicates (``"select"``) or the others (``"test"``): two independent
+            batches, one to choose a head dimension on, one to test the choice on (:data:`HALVES`).
+            Default: all R.
 
         Returns
         -------
@@ -808,20 +992,33 @@ class HeadCountSweep:
         )
         if head_dim not in self.head_dims:
             raise ValueError(f"head_dim must be one of {self.head_dims}, got {head_dim!r}")
-        return torch.from_numpy(self.errors[key][self.head_dims.index(head_dim)])
+        row = self.errors[key][self.head_dims.index(head_dim)]
+        if half is not None:
+            split = row.shape[0] // 2
+            row = row[:split] if require_choice(half, "half", HALVES) == "select" else row[split:]
+        return torch.from_numpy(np.ascontiguousarray(row))
 
     def by_head_dim(self, target: str, kernel: str, output_weights: str, n: int | None = None) -> dict[int, Tensor]:
         """:meth:`series` of every head dimension, keyed by d_k (arguments as for :meth:`series`)."""
         return {k: self.series(target, kernel, output_weights, k, n) for k in self.head_dims}
 
-    def gain(self, target: str, kernel: str, output_weights: str, head_dim: int, n: int | None = None) -> Comparison:
+    def gain(
+        self,
+        target: str,
+        kernel: str,
+        output_weights: str,
+        head_dim: int,
+        n: int | None = None,
+        *,
+        half: str | None = None,
+    ) -> Comparison:
         r"""The share (%) of the zero predictor's error that one configuration removes, with its SE.
 
         The mean over replicates of :math:`100\,(1 - e_r / e_0)`, with :math:`e_0` the error of
         predicting 0 on the same evaluation points (:func:`nwlib.evidence.mean`). Arguments as for
         :meth:`series`.
         """
-        e = self.series(target, kernel, output_weights, head_dim, n)
+        e = self.series(target, kernel, output_weights, head_dim, n, half=half)
         return mean(100 * (1 - e / self.zero_error[(target, kernel, self._n(n))]))
 
     def row(self, target: str, kernel: str, output_weights: str, head_dim: int, n: int | None = None) -> pd.Series:
@@ -917,6 +1114,7 @@ def collect_sweep(
                         mse_zero=r["mse_zero"],
                         rho=r["mean_correlation"][i],
                         floor=floors[i],
+                        temperature=r.get(f"temperature_{weights}", [math.nan] * len(head_dims))[i],
                     )
                 )
     return HeadCountSweep(
@@ -943,6 +1141,7 @@ def run_head_count_sweep(
     path: str | Path | None = None,
     device: str = "cpu",
     progress: bool = False,
+    temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
 ) -> HeadCountSweep:
     """The chapter's sweep: :func:`head_count_grid` run through :func:`nwlib.sweep.run_sweep`, then collected.
 
@@ -959,6 +1158,8 @@ def run_head_count_sweep(
         Passed to every point unchanged (``"auto"``: each worker picks its accelerator).
     progress : bool, default False
         Show a progress bar.
+    temperatures : sequence of float, default :data:`DEFAULT_TEMPERATURES`
+        The τ swept by the cosine heads (:func:`head_count_grid`).
 
     Returns
     -------
@@ -977,6 +1178,7 @@ def run_head_count_sweep(
         num_eval_points=num_eval_points,
         noise_sd=noise_sd,
         seed=seed,
+        temperatures=temperatures,
     )
     started = time.perf_counter()
     results = run_sweep(
@@ -1157,6 +1359,187 @@ def head_count_census(sweep: HeadCountSweep, n: int | None = None) -> pd.DataFra
     )
 
 
+class ManyHeadsTests(NamedTuple):
+    """The comparisons behind the readings of C10 for one (target, kernel, output weights) at one n.
+
+    Every comparison is paired (the head dimensions of a replicate share its training set); the
+    selections use the first half of the evaluation batch and the comparisons that test them the
+    second half (:data:`HALVES`), so that no head dimension is chosen on the data it is tested on.
+
+    Attributes
+    ----------
+    target, kernel, output_weights : str
+    n : int
+    extreme : Comparison
+        err(one head of dimension D) − err(D heads of dimension 1), all replicates: > 0 when the
+        D heads of dimension 1 win.
+    selected : int
+        Among d_k < D (more than one head), the head dimension with the smallest mean error on the
+        selection half.
+    optimum_many : Comparison
+        err(d_k = D) − err(d_k = ``selected``) on the test half: > 0 when the selected multi-head
+        configuration beats one head, i.e. the optimum has more than one head.
+    monotone : list of Comparison
+        err(k_{i+1}) − err(k_i) for consecutive divisors k_i < k_{i+1}, all replicates: all > 0 when
+        the error falls at every step towards d_k = 1 (more heads better all the way down).
+    one_head_vs_each : list of Comparison
+        err(d_k = D) − err(d_k = k) for every k < D, all replicates: all < 0 when one head beats every
+        multi-head configuration (a counterexample to "the optimum has more than one head").
+    selected_above_one : int
+        Among d_k > 1, the head dimension with the smallest mean error on the selection half.
+    one_vs_selected : Comparison
+        err(d_k = 1) − err(d_k = ``selected_above_one``) on the test half: > 0 when fewer, larger heads
+        beat the D heads of dimension 1 (a counterexample to "more heads all the way down").
+    best : int
+        The head dimension (any) with the smallest mean error on the selection half.
+    beats_zero : Comparison
+        The share (%) of the zero predictor's error that ``best`` removes on the test half: > 0
+        when the estimator smooths at all (otherwise the case is an estimator failure).
+    """
+
+    target: str
+    kernel: str
+    output_weights: str
+    n: int
+    extreme: Comparison
+    selected: int
+    optimum_many: Comparison
+    monotone: list[Comparison]
+    one_head_vs_each: list[Comparison]
+    selected_above_one: int
+    one_vs_selected: Comparison
+    best: int
+    beats_zero: Comparison
+
+
+def many_heads_tests(
+    sweep: HeadCountSweep, target: str, kernel: str, output_weights: str, n: int | None = None
+) -> ManyHeadsTests:
+    """The comparisons of the C10 readings for one configuration (see :class:`ManyHeadsTests`).
+
+    Parameters
+    ----------
+    sweep : HeadCountSweep
+        With at least 4 replicates per configuration (two per half).
+    target, kernel, output_weights : str
+    n : int, optional
+        Default: the largest sample size.
+
+    Returns
+    -------
+    ManyHeadsTests
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad sweep or configuration, or fewer than 4 replicates.
+    """
+    if not isinstance(sweep, HeadCountSweep):
+        raise TypeError(f"sweep must be a HeadCountSweep, got {type(sweep).__name__}")
+    dims = sweep.head_dims
+    n = sweep._n(n)
+    if sweep.series(target, kernel, output_weights, dims[0], n).shape[0] < 4:
+        raise ValueError("sweep must hold at least 4 replicates per configuration (two per half)")
+    full = sweep.by_head_dim(target, kernel, output_weights, n)
+    sel = {k: float(sweep.series(target, kernel, output_weights, k, n, half="select").mean()) for k in dims}
+    test = {k: sweep.series(target, kernel, output_weights, k, n, half="test") for k in dims}
+    largest = dims[-1]
+    selected = min(dims[:-1], key=lambda k: sel[k])
+    above_one = min(dims[1:], key=lambda k: sel[k])
+    best = min(dims, key=lambda k: sel[k])
+    return ManyHeadsTests(
+        target=target,
+        kernel=kernel,
+        output_weights=output_weights,
+        n=n,
+        extreme=paired(full[largest], full[dims[0]]),
+        selected=int(selected),
+        optimum_many=paired(test[largest], test[selected]),
+        monotone=[paired(full[b], full[a]) for a, b in zip(dims[:-1], dims[1:], strict=True)],
+        one_head_vs_each=[paired(full[largest], full[k]) for k in dims[:-1]],
+        selected_above_one=int(above_one),
+        one_vs_selected=paired(test[dims[0]], test[above_one]),
+        best=int(best),
+        beats_zero=sweep.gain(target, kernel, output_weights, best, n, half="test"),
+    )
+
+
+def own_dimension_optimum(log_n: float, *, b: float = 1.0, c: float = 1.0, upper: float = 1e6) -> float:
+    r"""The minimiser over real :math:`d_k \ge 1` of the paper's-bandwidth risk with the head's own dimension.
+
+    With :math:`h = d_k^{-1/2}` and a head smoothing in its own :math:`d_k` dimensions, the squared bias
+    is :math:`b h^4 = b d_k^{-2}` and the variance :math:`c\,h^{-d_k}/n = c\,d_k^{d_k/2}/n`:
+    :math:`R(d_k) = b d_k^{-2} + c\,d_k^{d_k/2}/n`. Minimised on the log scale (so that n may be
+    astronomically large) by :func:`scipy.optimize.minimize_scalar` on ``[1, upper]``.
+
+    Parameters
+    ----------
+    log_n : float
+        log n (> 0).
+    b, c : float, default 1
+        The constants (> 0).
+    upper : float, default 1e6
+        Upper end of the search.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> round(own_dimension_optimum(100.0), 2)
+    46.11
+    """
+    from scipy.optimize import minimize_scalar
+
+    log_n = require_real(log_n, "log_n", minimum=0.0, strict_minimum=True)
+    b = require_real(b, "b", minimum=0.0, strict_minimum=True)
+    c = require_real(c, "c", minimum=0.0, strict_minimum=True)
+    upper = require_real(upper, "upper", minimum=1.0, strict_minimum=True)
+
+    def log_risk(k: float) -> float:
+        return float(np.logaddexp(math.log(b) - 2 * math.log(k), math.log(c) + k / 2 * math.log(k) - log_n))
+
+    res = minimize_scalar(log_risk, bounds=(1.0, upper), method="bounded", options={"xatol": 1e-10})
+    return float(res.x)
+
+
+def dot_product_effective_size(queries: Tensor, keys: Tensor, *, temperature: float = 1.0) -> Tensor:
+    r"""Kish's effective sample size of the dot-product kernel's weights at each query.
+
+    With weights :math:`w_i = \exp(t\langle z, x_i\rangle)`, :math:`n_{\mathrm{eff}}(z) =
+    (\sum_i w_i)^2/\sum_i w_i^2`: the number of equally weighted points that would give the same
+    variance of a weighted mean of i.i.d. responses. For :math:`x_i \sim N(0, I)` it tends to
+    :math:`n\,e^{-t^2\lVert z\rVert^2}` (chapter 6, reading 3).
+
+    Parameters
+    ----------
+    queries : Tensor, shape (m, d)
+    keys : Tensor, shape (n, d)
+    temperature : float, default 1
+        t > 0 (the logits are :math:`t\langle z, x\rangle`).
+
+    Returns
+    -------
+    Tensor, shape (m,)
+
+    Examples
+    --------
+    >>> import torch
+    >>> dot_product_effective_size(torch.zeros(1, 2), torch.randn(10, 2)).tolist()  # all weights equal
+    [10.0]
+    """
+    queries = require_tensor(queries, "queries", min_dim=2)
+    keys = require_tensor(keys, "keys", min_dim=2)
+    if queries.dim() != 2 or keys.dim() != 2 or queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(
+            f"queries and keys must have shapes (m, d) and (n, d), got {tuple(queries.shape)}, {tuple(keys.shape)}"
+        )
+    t = require_real(temperature, "temperature", minimum=0.0, strict_minimum=True)
+    logits = t * queries @ keys.T
+    return torch.exp(2 * torch.logsumexp(logits, -1) - torch.logsumexp(2 * logits, -1))
+
+
 def nearest_head_dim(values: Any, head_dims: Sequence[int]) -> np.ndarray:
     """For each value, the head dimension of the grid nearest to it on the log scale.
 
@@ -1298,12 +1681,14 @@ def published_architectures(path: str | Path) -> pd.DataFrame:
     ----------
     path : str or Path
         A CSV with columns ``family``, ``d_model``, ``n_heads`` and ``d_head`` (the book's
-        ``book/data/published-architectures.csv``).
+        ``book/data/published-architectures.csv``); optional ``lineage`` (the group of related
+        families, default the family) and ``n_kv_heads`` (key/value heads, default ``n_heads``).
 
     Returns
     -------
     pandas.DataFrame
-        The table with a boolean column ``consistent`` (``n_heads * d_head == d_model``).
+        The table with a boolean column ``consistent`` (``n_heads * d_head == d_model``) and the
+        columns ``lineage`` and ``n_kv_heads`` filled in where absent.
 
     Raises
     ------
@@ -1316,53 +1701,187 @@ def published_architectures(path: str | Path) -> pd.DataFrame:
     missing = [c for c in ("family", "d_model", "n_heads", "d_head") if c not in arch.columns]
     if missing:
         raise ValueError(f"path: the table lacks the column(s) {missing}")
+    if "lineage" not in arch.columns:
+        arch["lineage"] = arch.family
+    if "n_kv_heads" not in arch.columns:
+        arch["n_kv_heads"] = arch.n_heads
     arch["consistent"] = arch.n_heads * arch.d_head == arch.d_model
     return arch
 
 
-@dataclass(frozen=True)
-class ArchitectureFits:
-    """Counts of a table of published architectures and log-log fits of H and d_k against D.
+def deduplicated(arch: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The consistent configurations, one per (lineage, D, ``column``): repeated designs counted once.
 
-    The fits (:func:`scipy.stats.linregress` of log H and of log d_k on log D) use the consistent
-    configurations only (H·d_k = D); the counts and the share of d_k in {64, 128} use all of them.
+    Two releases of one lineage with the same width and the same value of ``column`` (LLaMA-7B and
+    Llama-2-7B, T5-Base and t5.1.1.base) are one design decision, not two observations.
+
+    Parameters
+    ----------
+    arch : pandas.DataFrame
+        From :func:`published_architectures`.
+    column : str
+        ``"n_heads"``, ``"d_head"`` or ``"n_kv_heads"``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The first row of each group, in the table's order.
+    """
+    if column not in ("n_heads", "d_head", "n_kv_heads"):
+        raise ValueError(f"column must be 'n_heads', 'd_head' or 'n_kv_heads', got {column!r}")
+    missing = [c for c in ("lineage", "d_model", column, "consistent") if c not in arch.columns]
+    if missing:
+        raise ValueError(f"arch lacks the column(s) {missing}")
+    return arch[arch.consistent].drop_duplicates(subset=["lineage", "d_model", column])
+
+
+class ClusterSlope(NamedTuple):
+    """A log-log least-squares slope with a cluster-bootstrap standard error.
 
     Attributes
     ----------
-    count, families, inconsistent : int
-        Configurations, families, configurations with H·d_k ≠ D.
+    slope, intercept : float
+        Of log y = intercept + slope · log D over every row.
+    se : float
+        Standard deviation (ddof 1) of the slope over resamples of whole clusters.
+    se_iid : float
+        The textbook OLS standard error, which treats the rows as independent.
+    df : float
+        Degrees of freedom of ``se``: clusters − 1.
+    rows, clusters : int
+    """
+
+    slope: float
+    intercept: float
+    se: float
+    se_iid: float
+    df: float
+    rows: int
+    clusters: int
+
+
+def cluster_bootstrap_slope(x: Any, y: Any, clusters: Any, *, bootstrap: int, seed: int) -> ClusterSlope:
+    """The OLS slope of y on x with a bootstrap over clusters (whole clusters resampled with replacement).
+
+    Designs within a family are not independent observations (a family picks d_k once and scales H
+    with D), so the standard error resamples families, not rows (Efron and Tibshirani 1993, the
+    cluster bootstrap). Resamples in which x takes fewer than two distinct values are redrawn.
+
+    Parameters
+    ----------
+    x, y : array_like, shape (k,)
+    clusters : array_like, shape (k,)
+        A label per row; at least two clusters.
+    bootstrap : int
+        Resamples (>= 2).
+    seed : int
+        Seed of ``numpy.random.default_rng``.
+
+    Returns
+    -------
+    ClusterSlope
+    """
+    from scipy import stats
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    labels = np.asarray(clusters)
+    if x.ndim != 1 or x.shape != y.shape or labels.shape != x.shape:
+        raise ValueError("x, y and clusters must be 1-dimensional of one length")
+    count = require_positive_int(bootstrap, "bootstrap", minimum=2)
+    rng = np.random.default_rng(require_seed(seed))
+    names = list(dict.fromkeys(labels.tolist()))
+    if len(names) < 2:
+        raise ValueError("clusters must hold at least two clusters")
+    members = [np.flatnonzero(labels == c) for c in names]
+    fit = stats.linregress(x, y)
+    slopes: list[float] = []
+    while len(slopes) < count:
+        rows = np.concatenate([members[i] for i in rng.integers(0, len(names), len(names))])
+        if np.unique(x[rows]).size < 2:
+            continue
+        xr, yr = x[rows], y[rows]
+        xc = xr - xr.mean()
+        slopes.append(float((xc * (yr - yr.mean())).sum() / (xc * xc).sum()))
+    return ClusterSlope(
+        slope=float(fit.slope),
+        intercept=float(fit.intercept),
+        se=float(np.std(slopes, ddof=1)),
+        se_iid=float(fit.stderr),
+        df=float(len(names) - 1),
+        rows=int(x.size),
+        clusters=len(names),
+    )
+
+
+@dataclass(frozen=True)
+class ArchitectureFits:
+    """Counts of a table of published architectures and log-log fits of H, d_k and the key/value heads against D.
+
+    The fits use the consistent configurations (H·d_k = D), each design once per lineage
+    (:func:`deduplicated`), with cluster-bootstrap standard errors over lineages
+    (:func:`cluster_bootstrap_slope`); the counts and the share of d_k in {64, 128} use all rows.
+
+    Attributes
+    ----------
+    count, families, lineages, inconsistent : int
+        Configurations, families, lineages (groups of related families), configurations with H·d_k ≠ D.
+    grouped_query : int
+        Configurations with fewer key/value heads than query heads (GQA or MQA).
     embed_dim_range, head_dim_range : (int, int)
         Smallest and largest D and d_k.
-    num_heads_intercept, num_heads_slope, num_heads_slope_se : float
-        Fit of log H = intercept + slope · log D, and the slope's standard error.
-    head_dim_intercept, head_dim_slope, head_dim_slope_se : float
-        The same for log d_k.
+    num_heads, head_dim, kv_heads : ClusterSlope
+        Fits of log H, log d_k and log H_kv (key/value heads) on log D.
+    num_heads_intercept, num_heads_slope, num_heads_slope_se, head_dim_slope, head_dim_slope_se : float
+        Shorthands: ``num_heads.intercept``, ``num_heads.slope``, ``num_heads.se``, ``head_dim.slope``,
+        ``head_dim.se``.
     share_64_128 : float
         Share (0 to 1) of configurations with d_k = 64 or 128.
     """
 
     count: int
     families: int
+    lineages: int
     inconsistent: int
+    grouped_query: int
     embed_dim_range: tuple[int, int]
     head_dim_range: tuple[int, int]
-    num_heads_intercept: float
-    num_heads_slope: float
-    num_heads_slope_se: float
-    head_dim_intercept: float
-    head_dim_slope: float
-    head_dim_slope_se: float
+    num_heads: ClusterSlope
+    head_dim: ClusterSlope
+    kv_heads: ClusterSlope
     share_64_128: float
 
+    @property
+    def num_heads_intercept(self) -> float:
+        return self.num_heads.intercept
 
-def architecture_fits(arch: pd.DataFrame) -> ArchitectureFits:
-    """Counts and log-log fits of a table from :func:`published_architectures`.
+    @property
+    def num_heads_slope(self) -> float:
+        return self.num_heads.slope
+
+    @property
+    def num_heads_slope_se(self) -> float:
+        return self.num_heads.se
+
+    @property
+    def head_dim_slope(self) -> float:
+        return self.head_dim.slope
+
+    @property
+    def head_dim_slope_se(self) -> float:
+        return self.head_dim.se
+
+
+def architecture_fits(arch: pd.DataFrame, *, bootstrap: int = 2000, seed: int = 0) -> ArchitectureFits:
+    """Counts and deduplicated, cluster-bootstrapped log-log fits of a table from :func:`published_architectures`.
 
     Parameters
     ----------
     arch : pandas.DataFrame
-        With ``family``, ``d_model``, ``n_heads``, ``d_head`` and ``consistent``; at least three
-        consistent rows with distinct ``d_model``.
+        With ``family``, ``lineage``, ``d_model``, ``n_heads``, ``d_head``, ``n_kv_heads`` and
+        ``consistent``; at least three consistent designs with distinct ``d_model`` and two lineages.
+    bootstrap : int, default 2000
+        Cluster-bootstrap resamples.
+    seed : int, default 0
 
     Returns
     -------
@@ -1373,27 +1892,28 @@ def architecture_fits(arch: pd.DataFrame) -> ArchitectureFits:
     ValueError
         If a column is missing or too few rows are consistent.
     """
-    from scipy import stats
-
-    missing = [c for c in ("family", "d_model", "n_heads", "d_head", "consistent") if c not in arch.columns]
+    needed = ("family", "lineage", "d_model", "n_heads", "d_head", "n_kv_heads", "consistent")
+    missing = [c for c in needed if c not in arch.columns]
     if missing:
         raise ValueError(f"arch lacks the column(s) {missing}")
-    fit_set = arch[arch.consistent]
-    if fit_set.d_model.nunique() < 3:
+    if arch[arch.consistent].d_model.nunique() < 3:
         raise ValueError("arch needs at least three consistent rows with distinct d_model")
-    fit_h = stats.linregress(np.log(fit_set.d_model), np.log(fit_set.n_heads))
-    fit_dk = stats.linregress(np.log(fit_set.d_model), np.log(fit_set.d_head))
+    fits = {}
+    for column in ("n_heads", "d_head", "n_kv_heads"):
+        rows = deduplicated(arch, column)
+        fits[column] = cluster_bootstrap_slope(
+            np.log(rows.d_model), np.log(rows[column]), rows.lineage, bootstrap=bootstrap, seed=seed
+        )
     return ArchitectureFits(
         count=len(arch),
         families=int(arch.family.nunique()),
+        lineages=int(arch.lineage.nunique()),
         inconsistent=int((~arch.consistent).sum()),
+        grouped_query=int((arch.n_kv_heads < arch.n_heads).sum()),
         embed_dim_range=(int(arch.d_model.min()), int(arch.d_model.max())),
         head_dim_range=(int(arch.d_head.min()), int(arch.d_head.max())),
-        num_heads_intercept=float(fit_h.intercept),
-        num_heads_slope=float(fit_h.slope),
-        num_heads_slope_se=float(fit_h.stderr),
-        head_dim_intercept=float(fit_dk.intercept),
-        head_dim_slope=float(fit_dk.slope),
-        head_dim_slope_se=float(fit_dk.stderr),
+        num_heads=fits["n_heads"],
+        head_dim=fits["d_head"],
+        kv_heads=fits["n_kv_heads"],
         share_64_128=float(arch.d_head.isin([64, 128]).mean()),
     )

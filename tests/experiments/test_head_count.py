@@ -12,9 +12,11 @@ import torch
 from nwlib import replicate_mse, simulate
 from nwlib.experiments.head_count import (
     COMBINATIONS,
+    DEFAULT_TEMPERATURES,
     KERNEL_NAMES,
     KERNELS,
     OUTPUT_WEIGHTS,
+    QUERY_SCALE,
     approximation_error,
     architecture_fits,
     best_at,
@@ -22,16 +24,22 @@ from nwlib.experiments.head_count import (
     best_summary,
     block_conditional_mean,
     block_projections,
+    cluster_bootstrap_slope,
     collect_sweep,
     comparison_head_dims,
+    cosine_heads,
+    deduplicated,
     divisor_head_dims,
+    dot_product_effective_size,
     floor_table,
     growth_fit,
     head_count_census,
     head_count_grid,
     head_count_point,
     head_count_task,
+    many_heads_tests,
     nearest_head_dim,
+    own_dimension_optimum,
     published_architectures,
     run_head_count_sweep,
     target_variance,
@@ -341,12 +349,18 @@ def test_floor_table_closed_forms():
 
 def test_head_count_grid_order_and_coordinates():
     points = head_count_grid(**SMALL, seed=4)
-    assert len(points) == 3 * 2 * 2
-    expected = [(t, k, n) for t in ("additive", "local", "global") for k in ("gaussian", "exp") for n in (32, 64)]
+    assert len(points) == 3 * 3 * 2
+    kernels = ("gaussian", "exp", "cosine")
+    expected = [(t, k, n) for t in ("additive", "local", "global") for k in kernels for n in (32, 64)]
     assert [(p["target"], p["kernel"], p["n"]) for p in points] == expected
     for p in points:
         assert p["m"] == 8 and p["eval_seed"] == 4 and p["embed_dim"] == 6
         assert p["replicates"] == 3 and p["replicates_fit"] == 2 and p["noise_sd"] == 0.5
+        # only the cosine points carry the temperatures: the other points (and so their seeds) do not depend on them
+        assert ("temperatures" in p) == (p["kernel"] == "cosine")
+    assert points[4]["temperatures"] == list(DEFAULT_TEMPERATURES)
+    other = head_count_grid(**SMALL, seed=4, temperatures=[0.5])
+    assert [p for p in other if p["kernel"] != "cosine"] == [p for p in points if p["kernel"] != "cosine"]
 
 
 @pytest.mark.parametrize(
@@ -397,7 +411,8 @@ def test_collect_sweep_table_against_explicit_loops(fake_sweep):
     import statistics
 
     table = fake_sweep.table
-    assert len(table) == 12 * 2 * 4
+    assert len(table) == 18 * 2 * 4
+    assert table.temperature.isna().all()  # the fake results carry no temperatures
     assert list(table.columns) == [
         "target",
         "kernel",
@@ -410,6 +425,7 @@ def test_collect_sweep_table_against_explicit_loops(fake_sweep):
         "mse_zero",
         "rho",
         "floor",
+        "temperature",
     ]
     for p, r in zip(fake_sweep.points, fake_sweep.results, strict=True):
         for weights, field, floor in (("fitted", "mse_fitted", "floor_sum"), ("uniform", "mse_uniform", "floor_mean")):
@@ -441,7 +457,8 @@ def test_collect_sweep_names_bad_results(fake_sweep):
 def test_series_and_gain_against_the_formula(fake_sweep):
     import statistics
 
-    r = fake_sweep.results[-1]  # global, exp, n = 64
+    index = [(p["target"], p["kernel"], p["n"]) for p in fake_sweep.points]
+    r = fake_sweep.results[index.index(("global", "exp", 64))]
     e = fake_sweep.series("global", "exp", "uniform", 3)
     assert e.dtype == torch.float64 and e.shape == (5,)
     assert e.tolist() == r["mse_uniform"][2]
@@ -451,7 +468,8 @@ def test_series_and_gain_against_the_formula(fake_sweep):
     assert got.estimate == pytest.approx(statistics.fmean(gains), rel=1e-12)
     assert got.se == pytest.approx(statistics.stdev(gains) / math.sqrt(5), rel=1e-12)
     # the default n is the largest; n = 32 is another point
-    assert fake_sweep.series("global", "exp", "uniform", 3, 32).tolist() == fake_sweep.results[-2]["mse_uniform"][2]
+    at_32 = fake_sweep.results[index.index(("global", "exp", 32))]
+    assert fake_sweep.series("global", "exp", "uniform", 3, 32).tolist() == at_32["mse_uniform"][2]
 
 
 @pytest.mark.parametrize(
@@ -499,7 +517,7 @@ def _bootstrap_reference(arr, head_dims, bootstrap, seed):
 
 def test_best_head_dims_against_a_bootstrap_loop(fake_sweep):
     best = best_head_dims(fake_sweep, bootstrap=200, seed=7)
-    assert len(best) == 24
+    assert len(best) == 36
     for row in best.itertuples():
         arr = fake_sweep.errors[(row.target, row.kernel, row.n, row.output_weights)]
         point, support, lo, hi, boot_mean, boot_sd = _bootstrap_reference(arr, fake_sweep.head_dims, 200, 7)
@@ -550,14 +568,13 @@ def test_best_at_and_best_summary(fake_sweep):
 def test_census_against_statsmodels_holm(fake_sweep):
     import statistics
 
-    from scipy.stats import norm
+    from scipy.stats import t as student_t
     from statsmodels.stats.multitest import multipletests
 
     census = head_count_census(fake_sweep)
-    assert len(census) == 12
-    cases = [
-        (t, k, w) for t in ("additive", "local", "global") for k in ("gaussian", "exp") for w in ("fitted", "uniform")
-    ]
+    assert len(census) == 18
+    kernels = ("gaussian", "exp", "cosine")
+    cases = [(t, k, w) for t in ("additive", "local", "global") for k in kernels for w in ("fitted", "uniform")]
     assert list(zip(census.target, census.kernel, census.output_weights, strict=True)) == cases
     z = []
     for row in census.itertuples():
@@ -566,14 +583,14 @@ def test_census_against_statsmodels_holm(fake_sweep):
         assert row.small_minus_large == pytest.approx(statistics.fmean(diff), rel=1e-12, abs=1e-15)
         assert row.se == pytest.approx(statistics.stdev(diff) / math.sqrt(len(diff)), rel=1e-12)
         z.append(row.small_minus_large / row.se)
-    reject, *_ = multipletests(2 * norm.sf(np.abs(z)), alpha=0.05, method="holm")
+    reject, *_ = multipletests(2 * student_t.sf(np.abs(z), df=4), alpha=0.05, method="holm")  # R - 1 = 4 df
     assert census.significant.tolist() == reject.tolist()
 
 
 def test_census_finds_a_planted_difference():
     points = head_count_grid(**{**SMALL, "sample_sizes": [32]}, seed=0)
     results = _fake_results(points, replicates=8)
-    results[2]["mse_fitted"][-1] = [x + 5.0 for x in results[2]["mse_fitted"][0]]  # local, gaussian: one head far worse
+    results[3]["mse_fitted"][-1] = [x + 5.0 for x in results[3]["mse_fitted"][0]]  # local, gaussian: one head far worse
     census = head_count_census(collect_sweep(points, results))
     row = census[(census.target == "local") & (census.kernel == "gaussian") & (census.output_weights == "fitted")]
     assert row.small_minus_large.item() == pytest.approx(-5.0) and bool(row.significant.item())
@@ -667,22 +684,24 @@ def test_architecture_fits_against_closed_form_ols(tmp_path):
     csv.write_text(
         "family,d_model,n_heads,d_head\n"
         "A,512,8,64\nA,768,12,64\nA,1024,16,64\nB,2048,16,128\nB,4096,32,128\nB,5120,40,128\nC,1024,32,128\n"
+        "B,4096,32,128\n"
     )
     arch = published_architectures(csv)
-    assert arch.consistent.tolist() == [True] * 6 + [False]
-    fits = architecture_fits(arch)
-    assert (fits.count, fits.families, fits.inconsistent) == (7, 3, 1)
+    assert arch.consistent.tolist() == [True] * 6 + [False, True]
+    assert arch.lineage.tolist() == arch.family.tolist() and arch.n_kv_heads.tolist() == arch.n_heads.tolist()
+    fits = architecture_fits(arch, bootstrap=50, seed=0)
+    assert (fits.count, fits.families, fits.lineages, fits.inconsistent, fits.grouped_query) == (8, 3, 3, 1, 0)
     assert fits.embed_dim_range == (512, 5120) and fits.head_dim_range == (64, 128)
     assert fits.share_64_128 == 1.0
-    ok = arch[arch.consistent]
-    for col, slope, se, intercept in (
-        ("n_heads", fits.num_heads_slope, fits.num_heads_slope_se, fits.num_heads_intercept),
-        ("d_head", fits.head_dim_slope, fits.head_dim_slope_se, fits.head_dim_intercept),
-    ):
+    ok = arch[arch.consistent].iloc[:6]  # the repeated B design counts once
+    assert fits.num_heads.rows == 6
+    for col, fit in (("n_heads", fits.num_heads), ("d_head", fits.head_dim)):
         ref_slope, ref_se = _ols_slope_se(np.log(ok.d_model), np.log(ok[col]))
-        assert slope == pytest.approx(ref_slope, rel=1e-12) and se == pytest.approx(ref_se, rel=1e-10)
+        assert fit.slope == pytest.approx(ref_slope, rel=1e-12) and fit.se_iid == pytest.approx(ref_se, rel=1e-10)
         model = sm.OLS(np.log(ok[col].to_numpy(float)), sm.add_constant(np.log(ok.d_model.to_numpy(float)))).fit()
-        assert intercept == pytest.approx(model.params[0], rel=1e-10) and se == pytest.approx(model.bse[1], rel=1e-10)
+        assert fit.intercept == pytest.approx(model.params[0], rel=1e-10) and fit.se_iid == pytest.approx(model.bse[1])
+        assert fit.df == 1.0  # two lineages among the consistent rows
+    assert fits.num_heads_slope == fits.num_heads.slope and fits.num_heads_slope_se == fits.num_heads.se
 
 
 def test_architecture_fits_of_the_book_table():
@@ -690,13 +709,24 @@ def test_architecture_fits_of_the_book_table():
 
     path = Path(__file__).resolve().parents[2] / "book" / "data" / "published-architectures.csv"
     arch = published_architectures(path)
-    fits = architecture_fits(arch)
-    # the table: 42 configurations, three T5 ones with H d_k != D; T5 v1.1 is a family of its own (8 in all)
-    assert (fits.count, fits.families, fits.inconsistent) == (42, 8, 3)
-    assert fits.families == len(set(arch.family))
+    fits = architecture_fits(arch, bootstrap=200, seed=0)
+    # 49 configurations of 11 families in 8 lineages; three T5 ones with H d_k != D; eight with GQA or MQA
+    assert (fits.count, fits.families, fits.lineages, fits.inconsistent, fits.grouped_query) == (49, 11, 8, 3, 8)
+    assert fits.families == len(set(arch.family)) and arch.source.notna().all() and arch.kv_source.notna().all()
+    assert set(arch[arch.n_kv_heads < arch.n_heads].model) == {
+        "Llama-2-70B",
+        "Llama-3-8B",
+        "Llama-3-70B",
+        "Llama-3.1-405B",
+        "Llama-3.2-1B",
+        "Llama-3.2-3B",
+        "Falcon-7B",
+        "Mistral-7B-v0.1",
+    }
     rows = list(zip(arch.n_heads, arch.d_head, arch.d_model, strict=True))
     assert fits.share_64_128 == sum(dk in (64, 128) for _, dk, _ in rows) / len(rows)
     assert fits.embed_dim_range == (min(d for *_, d in rows), max(d for *_, d in rows))
+    assert fits.num_heads.rows == len(deduplicated(arch, "n_heads")) < int(arch.consistent.sum())
 
 
 def test_architecture_inputs_are_named(tmp_path):
@@ -708,3 +738,198 @@ def test_architecture_inputs_are_named(tmp_path):
     few.write_text("family,d_model,n_heads,d_head\nA,512,8,64\nA,768,12,64\n")
     with pytest.raises(ValueError, match="three consistent"):
         architecture_fits(published_architectures(few))
+
+
+# --- the cosine (QK-normalised) heads on LayerNorm'd tokens ---------------------------------
+
+
+@pytest.mark.parametrize("head_dim", [1, 2, 6])
+def test_cosine_heads_against_an_explicit_loop(head_dim):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 20, 6, generator=g, dtype=torch.float64)
+    y = torch.randn(3, 20, generator=g, dtype=torch.float64)
+    z = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    tau = 0.2
+    out = cosine_heads(x, y, z, head_dim, temperature=tau, chunk=2)
+    assert out.shape == (3, 6 // head_dim, 4)
+
+    def ln(v):  # LayerNorm without affine part, torch's eps
+        return (v - v.mean()) / math.sqrt(v.var(unbiased=False) + 1e-5)
+
+    for r in range(3):
+        for h in range(6 // head_dim):
+            block = slice(h * head_dim, (h + 1) * head_dim)
+            for j in range(4):
+                q = QUERY_SCALE * ln(z[j])[block]
+                q = q / q.norm()
+                logits = torch.stack([(q @ (ln(x[r, i])[block] / ln(x[r, i])[block].norm())) / tau for i in range(20)])
+                w = torch.exp(logits - logits.max())
+                expected = (w * y[r]).sum() / w.sum()
+                torch.testing.assert_close(out[r, h, j], expected, rtol=1e-10, atol=1e-12)
+
+
+def test_cosine_heads_names_bad_inputs():
+    x, y, z = torch.randn(2, 5, 4), torch.randn(2, 5), torch.randn(3, 4)
+    with pytest.raises(ValueError, match="head_dim"):
+        cosine_heads(x, y, z, 3, temperature=0.1)
+    with pytest.raises(ValueError, match="temperature"):
+        cosine_heads(x, y, z, 2, temperature=0.0)
+    with pytest.raises(ValueError, match="queries"):
+        cosine_heads(x, y, torch.randn(3, 5), 2, temperature=0.1)
+
+
+def test_head_count_point_cosine_chooses_temperatures_on_the_fitting_batch():
+    point = {**POINT, "kernel": "cosine", "temperatures": [0.05, 0.5]}
+    out = head_count_point(point, seed=11)
+    assert out == head_count_point(point, seed=11)
+    assert out["head_dims"] == [1, 2, 3, 6] and [len(r) for r in out["mse_fitted"]] == [4] * 4
+    assert set(out["temperature_uniform"]) <= {0.05, 0.5} and set(out["temperature_fitted"]) <= {0.05, 0.5}
+    # the evaluation points are the other kernels' (same eval_seed and sizes): the zero predictor's error agrees
+    gauss = head_count_point({**POINT, "eval_seed": 2}, seed=1)
+    cos = head_count_point({**point, "eval_seed": 2}, seed=9)
+    assert gauss["mse_zero"] == cos["mse_zero"]
+    # the averaged heads at the chosen temperature, recomputed from the documented draws
+    gen = torch.Generator().manual_seed(11)
+    z_fit = torch.randn(16, 6, generator=gen, dtype=torch.float64)
+    z_eval = torch.randn(16, 6, generator=gen, dtype=torch.float64)
+    noise = torch.randn(2, 16, generator=gen, dtype=torch.float64)
+    seed_fit, seed_eval = torch.randint(0, 2**62, (2,), generator=gen).tolist()
+    task = head_count_task("local", 6)
+    x_fit, y_tr = task.sample((2,), 64, generator=torch.Generator().manual_seed(seed_fit), dtype=torch.float64)
+    x_ev, y_ev = task.sample((4,), 64, generator=torch.Generator().manual_seed(seed_eval), dtype=torch.float64)
+    y_fit = task.f(z_fit) + 0.5 * noise
+    scores = [
+        float((cosine_heads(x_fit, y_tr, z_fit, 2, temperature=t).mean(1) - y_fit).pow(2).mean()) for t in (0.05, 0.5)
+    ]
+    tau = (0.05, 0.5)[int(np.argmin(scores))]
+    assert out["temperature_uniform"][1] == tau
+    pred = cosine_heads(x_ev, y_ev, z_eval, 2, temperature=tau)
+    expected = (pred.mean(1) - task.f(z_eval)).pow(2).mean(-1)
+    torch.testing.assert_close(torch.tensor(out["mse_uniform"][1], dtype=torch.float64), expected)
+
+
+def test_head_count_point_cosine_names_bad_temperatures():
+    with pytest.raises(ValueError, match="temperatures"):
+        head_count_point({**POINT, "kernel": "cosine", "temperatures": [0.1, -1.0]}, seed=0)
+    with pytest.raises(ValueError, match="replicates_fit"):
+        head_count_point({**POINT, "kernel": "cosine", "replicates_fit": 1}, seed=0)
+
+
+# --- selection on one half, tests on the other ------------------------------------------------
+
+
+def test_series_halves_split_the_replicates(fake_sweep):
+    full = fake_sweep.series("local", "exp", "fitted", 2)
+    first = fake_sweep.series("local", "exp", "fitted", 2, half="select")
+    second = fake_sweep.series("local", "exp", "fitted", 2, half="test")
+    assert first.shape[0] == full.shape[0] // 2
+    torch.testing.assert_close(torch.cat([first, second]), full)
+    with pytest.raises(ValueError, match="half"):
+        fake_sweep.series("local", "exp", "fitted", 2, half="train")
+
+
+def _mean_se(d):
+    d = np.asarray(d, dtype=float)
+    return d.mean(), d.std(ddof=1) / math.sqrt(d.size)
+
+
+def test_many_heads_tests_against_explicit_loops(fake_sweep):
+    case = ("additive", "cosine", "uniform")
+    arr = fake_sweep.errors[(*case[:2], 64, case[2])]  # (head dims, R)
+    dims, split = fake_sweep.head_dims, arr.shape[1] // 2
+    r = many_heads_tests(fake_sweep, *case)
+    sel_means = arr[:, :split].mean(1)
+    assert r.selected == dims[int(np.argmin(sel_means[:-1]))]
+    assert r.best == dims[int(np.argmin(sel_means))]
+    assert r.selected_above_one == dims[1 + int(np.argmin(sel_means[1:]))]
+    for got, diff in (
+        (r.extreme, arr[-1] - arr[0]),
+        (r.optimum_many, arr[-1, split:] - arr[dims.index(r.selected), split:]),
+        (r.one_vs_selected, arr[0, split:] - arr[dims.index(r.selected_above_one), split:]),
+    ):
+        assert (got.estimate, got.se) == pytest.approx(_mean_se(diff), rel=1e-12)
+    for got, a in zip(r.monotone, range(len(dims) - 1), strict=True):
+        b = a + 1
+        assert (got.estimate, got.se) == pytest.approx(_mean_se(arr[b] - arr[a]), rel=1e-12)
+    assert [c.estimate for c in r.one_head_vs_each] == pytest.approx([(arr[-1] - arr[i]).mean() for i in range(3)])
+    zero = fake_sweep.zero_error[(case[0], case[1], 64)]
+    gain = 100 * (1 - arr[dims.index(r.best), split:] / zero)
+    assert (r.beats_zero.estimate, r.beats_zero.se) == pytest.approx(_mean_se(gain), rel=1e-12)
+
+
+# --- C9's reading with the head's own dimension, and the dot-product kernel's effective size ---
+
+
+@pytest.mark.parametrize("log_n", [5.0, 20.0, 200.0])
+def test_own_dimension_optimum_against_a_grid_and_the_first_order_condition(log_n):
+    k = own_dimension_optimum(log_n, b=2.0, c=0.5)
+    grid_k = np.linspace(1.0, 5 * max(k, 2.0), 200001)
+    log_risk = np.logaddexp(math.log(2.0) - 2 * np.log(grid_k), math.log(0.5) + grid_k / 2 * np.log(grid_k) - log_n)
+    assert k == pytest.approx(grid_k[np.argmin(log_risk)], abs=1e-3 * max(k, 1.0))
+    # dR/dk = 0: log n = log(c/(4b)) + (k/2 + 3) log k + log(log k + 1)
+    assert math.log(0.5 / 8.0) + (k / 2 + 3) * math.log(k) + math.log(math.log(k) + 1) == pytest.approx(log_n, rel=1e-6)
+
+
+def test_own_dimension_optimum_grows_like_2_log_n_over_log_log_n():
+    ratios = [own_dimension_optimum(ln) / (2 * ln / math.log(ln)) for ln in (1e2, 1e3, 1e4, 1e5)]
+    assert all(0.9 < r < 1.3 for r in ratios)  # logarithmic order, the log log corrections still visible
+    with pytest.raises(ValueError, match="log_n"):
+        own_dimension_optimum(0.0)
+
+
+def test_dot_product_effective_size_matches_kish_and_the_closed_form():
+    g = torch.Generator().manual_seed(0)
+    keys = torch.randn(200_000, 2, generator=g, dtype=torch.float64)
+    z = torch.tensor([[0.5, 0.3], [0.0, 0.8]], dtype=torch.float64)
+    ess = dot_product_effective_size(z, keys, temperature=1.0)
+    w = torch.exp(z @ keys.T)
+    torch.testing.assert_close(ess, w.sum(1) ** 2 / (w**2).sum(1))  # Kish's formula, directly
+    expected = keys.shape[0] * torch.exp(-(z**2).sum(1))  # n e^(-t^2 |z|^2) on a Gaussian design
+    torch.testing.assert_close(ess, expected, rtol=0.03, atol=0.0)
+    # integrated over queries z ~ N(0, 1) at t^2 = 1/8: E n/n_eff = (1 - 2 t^2)^(-1/2) = (3/4)^(-1/2) (proposition,
+    # part 3; at t^2 = 1/4 the Monte Carlo mean would have infinite variance)
+    zq = torch.randn(2000, 1, generator=g, dtype=torch.float64)
+    inv = 40_000 / dot_product_effective_size(zq, keys[:40_000, :1], temperature=math.sqrt(1 / 8))
+    assert float(inv.mean()) == pytest.approx((3 / 4) ** -0.5, rel=0.03)
+
+
+# --- published architectures: deduplication, lineages, cluster bootstrap ----------------------
+
+
+def test_deduplicated_by_brute_force(tmp_path):
+    csv = tmp_path / "arch.csv"
+    csv.write_text(
+        "family,lineage,d_model,n_heads,d_head,n_kv_heads\n"
+        "A,L1,512,8,64,8\nA2,L1,512,8,64,8\nA2,L1,1024,16,64,4\nB,L2,512,8,64,8\nB,L2,1024,16,64,8\n"
+    )
+    arch = published_architectures(csv)
+    rows = deduplicated(arch, "n_heads")
+    seen, expected = set(), []
+    for i, r in arch.iterrows():
+        key = (r.lineage, r.d_model, r.n_heads)
+        if key not in seen:
+            seen.add(key)
+            expected.append(i)
+    assert rows.index.tolist() == expected == [0, 2, 3, 4]
+    with pytest.raises(ValueError, match="column"):
+        deduplicated(arch, "d_model")
+
+
+def test_cluster_bootstrap_slope_against_a_loop():
+    rng = np.random.default_rng(1)
+    x = np.log(np.array([256, 512, 1024, 2048, 512, 1024, 4096, 8192, 768, 1536.0]))
+    y = 0.7 * x + rng.normal(0, 0.2, x.size)
+    clusters = ["a"] * 4 + ["b"] * 4 + ["c"] * 2
+    fit = cluster_bootstrap_slope(x, y, clusters, bootstrap=300, seed=7)
+    ref_rng, members, slopes = np.random.default_rng(7), {"a": [0, 1, 2, 3], "b": [4, 5, 6, 7], "c": [8, 9]}, []
+    while len(slopes) < 300:
+        rows = [i for c in ref_rng.integers(0, 3, 3) for i in members["abc"[c]]]
+        if len(set(x[rows])) < 2:
+            continue
+        slopes.append(np.polyfit(x[rows], y[rows], 1)[0])
+    assert fit.se == pytest.approx(np.std(slopes, ddof=1), rel=1e-9)
+    ref_slope, ref_se = _ols_slope_se(x, y)
+    assert fit.slope == pytest.approx(ref_slope, rel=1e-12) and fit.se_iid == pytest.approx(ref_se, rel=1e-10)
+    assert (fit.df, fit.rows, fit.clusters) == (2.0, 10, 3)
+    with pytest.raises(ValueError, match="clusters"):
+        cluster_bootstrap_slope(x, y, ["a"] * 10, bootstrap=10, seed=0)
