@@ -88,6 +88,7 @@ __all__ = [
     "scalar_weights_check",
     "sine_target",
     "smoother_demo",
+    "weights_grid",
     "symbolic_multihead",
     "torch_agreement",
     "xspace_gaussian_gap",
@@ -1641,3 +1642,30 @@ def fraction_removed(errors: Tensor, zero_errors: Tensor) -> Comparison:
     loo = 1 - (e.sum() - e) / (z.sum() - z)
     se = math.sqrt((r - 1) / r * float((loo - loo.mean()).pow(2).sum()))
     return estimate(float(full), se, df=r - 1)
+
+
+def weights_grid(demo: SmootherDemo) -> Any:
+    """The query's weights at every bandwidth of ``demo`` as a long table, for the interactive figure.
+
+    Parameters
+    ----------
+    demo : SmootherDemo
+        From :func:`smoother_demo` (usually at a finer grid of bandwidths than the static figure).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``h`` (bandwidth), ``x`` (training point, sorted), ``weight`` (w_i(x_0), summing to 1
+        over ``x`` for each ``h``) and ``n_eff``; one row per (bandwidth, training point).
+    """
+    import pandas as pd
+
+    if not isinstance(demo, SmootherDemo):
+        raise TypeError(f"demo must be a SmootherDemo, got {type(demo).__name__}")
+    order = torch.argsort(demo.x[:, 0])
+    x = demo.x[order, 0].double().cpu().numpy()
+    rows = []
+    for b, h in enumerate(demo.bandwidths):
+        w = demo.weights[b, order].double().cpu().numpy()
+        rows.append(pd.DataFrame({"h": h, "x": x, "weight": w, "n_eff": float(demo.n_eff[b])}))
+    return pd.concat(rows, ignore_index=True)

@@ -68,6 +68,7 @@ from ..tasks import RegressionTask, make_task
 from ..weighting import least_squares_weights, replicate_mse
 
 __all__ = [
+    "paths_grid",
     "GROUPS",
     "QUANTITIES",
     "RIDGE",
@@ -1899,3 +1900,43 @@ def best_family_contest(
     vs_losing = [contrast((1, winner, "err"), (-1, r[weights], "err")) for Q, r in pool.values() if not keeps_signal(Q)]
     gap = contrast((1, run_o, "err"), (-1, run_n, "err"))
     return Contest(best_o, best_n, run_o, run_n, gap, vs_losing, pool[best_n][1].hdi)
+
+
+def paths_grid(runs: Mapping[str, Mapping[str, Any]]) -> Any:
+    """The decomposition along the paths, per estimator, as one long table for the interactive figure.
+
+    Parameters
+    ----------
+    runs : mapping of str to mapping of str to path result
+        Estimator label → path label → a path result with a ``table`` (columns ``HDI`` and, for each
+        term, ``<term>`` and ``<term> SE``), as :func:`run_path` and the attention runs return.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``estimator``, ``path``, ``HDI``, ``term`` (MSE, squared bias, variance, covariance),
+        ``value`` and ``se``; one row per (estimator, path, step, term).
+    """
+    import pandas as pd
+
+    terms = {"MSE": "MSE", "bias^2": "squared bias", "variance": "variance", "covariance": "covariance"}
+    if not isinstance(runs, Mapping) or not runs:
+        raise TypeError("runs must be a non-empty mapping of estimator label to paths")
+    rows = []
+    for estimator, paths in runs.items():
+        for path, result in paths.items():
+            table = result.table
+            for column, term in terms.items():
+                rows.append(
+                    pd.DataFrame(
+                        {
+                            "estimator": estimator,
+                            "path": path,
+                            "HDI": table["HDI"].to_numpy(),
+                            "term": term,
+                            "value": table[column].to_numpy(),
+                            "se": table[f"{column} SE"].to_numpy(),
+                        }
+                    )  # fmt: skip
+                )
+    return pd.concat(rows, ignore_index=True)

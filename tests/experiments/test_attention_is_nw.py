@@ -667,3 +667,19 @@ def test_fraction_removed_is_a_ratio_with_its_leave_one_out_jackknife():
         fraction_removed(e, z[:3])
     with pytest.raises(ValueError, match="errors"):
         fraction_removed(e[:1], z[:1])
+
+
+def test_weights_grid_is_the_demos_weights_sorted_by_x():
+    import nwlib.experiments.attention_is_nw as ch01
+
+    demo = ch01.smoother_demo(30, 0.3, [0.05, 0.2], seed=3)
+    grid = ch01.weights_grid(demo)
+    assert list(grid.columns) == ["h", "x", "weight", "n_eff"] and len(grid) == 60
+    for b, h in enumerate(demo.bandwidths):
+        part = grid[grid.h == h]
+        assert part.x.is_monotonic_increasing and abs(part.weight.sum() - 1) < 1e-5
+        # row by row: the weight at the sorted training point, from the demo's own (B, n) weights
+        by_x = dict(zip(demo.x[:, 0].tolist(), demo.weights[b].tolist(), strict=True))
+        assert all(abs(by_x[x] - w) < 1e-7 for x, w in zip(part.x, part.weight, strict=True))
+    with pytest.raises(TypeError, match="demo"):
+        ch01.weights_grid("demo")

@@ -697,3 +697,21 @@ def test_random_placement_study_keeps_the_hdi_and_is_deterministic():
     assert not torch.equal(a.mse[0], a.mse[1])  # other placements, other draws
     with pytest.raises(ValueError, match="placements"):
         hd.random_placement_study(thetas, placements=1, seed=1, **sizes)
+
+
+def test_paths_grid_long_table_from_path_tables():
+    import types
+
+    import pandas as pd
+
+    from nwlib.experiments.head_diversity import paths_grid
+
+    table = pd.DataFrame({"HDI": [0.0, 0.5], **{c: [1.0, 2.0] for c in ("MSE", "bias^2", "variance", "covariance")},
+                          **{f"{c} SE": [0.1, 0.2] for c in ("MSE", "bias^2", "variance", "covariance")}})  # fmt: skip
+    path = types.SimpleNamespace(table=table)
+    grid = paths_grid({"surrogate": {"(i)": path, "(ii)": path}, "attention": {"(i)": path}})
+    assert len(grid) == 3 * 4 * 2 and set(grid.term) == {"MSE", "squared bias", "variance", "covariance"}
+    row = grid[(grid.estimator == "attention") & (grid.term == "variance") & (grid.HDI == 0.5)].iloc[0]
+    assert (row.value, row.se, row.path) == (2.0, 0.2, "(i)")
+    with pytest.raises(TypeError, match="runs"):
+        paths_grid({})
