@@ -182,3 +182,57 @@ def test_optimisation_finds_the_signal():
     torch.testing.assert_close(Qs[:, :, 0], e1[:, 0].expand(2, 6))
     with pytest.raises(ValueError, match="head_dim"):
         optimise_subspaces(task, num_heads=2, head_dim=1, n=10, steps=1, bandwidth=0.5, shared=e1)
+
+
+def test_early_stopping_returns_the_best_validation_model():
+    task = InContextTask(embed_dim=4, signal_dim=1, noise_sd=0.3)
+    kwargs = dict(num_heads=2, steps=400, batch_size=8, context=16, queries=4, lr=0.05, eval_every=10, test_prompts=32)
+    model, h = train_regressor(task, seed=1, patience=2, **kwargs)
+    best = h.best_index
+    assert len(h.val_mse) == len(h.step) and 0 <= best < len(h.step)
+    # the best evaluation has the lowest validation MSE, and training stopped `patience` evaluations after it
+    assert h.val_mse[best] == min(h.val_mse)
+    assert h.step[-1] == 400 or len(h.step) - 1 - best == 2
+    # the returned model is the one of the best evaluation: recompute its test MSE on the same test prompts
+    test = task.sample(32, 16, 4, generator=torch.Generator().manual_seed(1 + 2))
+    with torch.no_grad():
+        mse = float((model(test.x_context, test.y_context, test.x_query) - test.f_query).pow(2).mean())
+    assert mse == pytest.approx(h.test_mse[best], rel=1e-5)
+    # the validation set is its own draw (seed + 3): its MSE is against the noisy responses
+    val = task.sample(32, 16, 4, generator=torch.Generator().manual_seed(1 + 3))
+    with torch.no_grad():
+        v = float((model(val.x_context, val.y_context, val.x_query) - val.y_query).pow(2).mean())
+    assert v == pytest.approx(h.val_mse[best], rel=1e-5)
+    # without patience: every step, the last model
+    _, full = train_regressor(task, seed=1, **(kwargs | {"steps": 30}))
+    assert full.step == [0, 10, 20, 30] and full.best_index == 3
+    with pytest.raises(ValueError, match="patience"):
+        train_regressor(task, num_heads=2, steps=1, patience=0)
+
+
+def test_token_values_regressor_is_wv_of_the_nw_average_of_tokens():
+    # Reference: head by head, softmax weights over the context, values W_V^h (x_i, y_i), then W_O and the read-out.
+    g = torch.Generator().manual_seed(2)
+    model = AttentionRegressor(4, 2, generator=g, dtype=torch.float64, values="token")
+    a = model.attention
+    assert a.v_proj_weight.shape == (4, 5)
+    p = InContextTask(4, 1).sample(3, 6, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    with torch.no_grad():
+        got = model(p.x_context, p.y_context, p.x_query)
+        tokens = torch.cat([p.x_context, p.y_context.unsqueeze(-1)], dim=-1)  # (B, n, D + 1)
+        bq, bk, bv = a.in_proj_bias.chunk(3)
+        out = torch.zeros(3, 2, 4, dtype=torch.float64)
+        for h in range(2):
+            sl = slice(2 * h, 2 * h + 2)
+            q = p.x_query @ a.q_proj_weight[sl].T + bq[sl]
+            k = p.x_context @ a.k_proj_weight[sl].T + bk[sl]
+            w = torch.softmax(q @ k.mT / math.sqrt(2), dim=-1)
+            v = tokens @ a.v_proj_weight[sl].T + bv[sl]
+            out += (w @ v) @ a.out_proj.weight[:, sl].T
+        want = model.readout(out + a.out_proj.bias).squeeze(-1)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(
+            model.head_contributions(p.x_context, p.y_context, p.x_query).sum(1) + (model.readout(a.out_proj.bias)), got
+        )
+    with pytest.raises(ValueError, match="values"):
+        AttentionRegressor(4, 2, generator=g, values="keys")

@@ -465,7 +465,7 @@ def key_angles(encoder: NWBertEncoder, random_heads: Tensor, *, families: int) -
 
 @dataclass(frozen=True)
 class HeadStatistics:
-    """One layer's heads at work on a corpus.
+    r"""One layer's heads at work on a corpus.
 
     Attributes
     ----------
@@ -474,12 +474,19 @@ class HeadStatistics:
     entropy : Tensor, shape (H,)
         Mean over the corpus's queries of the attention weights' entropy (nats).
     eff_keys : Tensor, shape (H,)
-        Mean over queries of the effective number of keys :math:`1/\\sum_i w_i^2`.
+        Mean over queries of the effective number of keys :math:`1/\sum_i w_i^2`.
     mean_corr, max_abs_corr : float
         Mean and largest absolute pairwise correlation of the heads' contributions
-        :math:`\\hat f_h W_O^h` over tokens.
+        :math:`\hat f_h W_O^h` over tokens.
     cov_share : float
         The covariance term's share of the variance of the attention output over tokens.
+    text_sums : Tensor, shape (texts, H, D)
+        Per text, the sum over its tokens of each head's contribution minus its corpus mean.
+    text_products : Tensor, shape (texts, H, H)
+        Per text, :math:`\sum_t \langle c_h(x_t) - \bar c_h, c_g(x_t) - \bar c_g\rangle`.
+    text_tokens : Tensor, shape (texts,)
+        Per text, its number of real tokens. These three are what :func:`work_bootstrap`
+        resamples: the statistics above are functions of their sums over texts.
     """
 
     temperature: Tensor
@@ -488,6 +495,22 @@ class HeadStatistics:
     mean_corr: float
     max_abs_corr: float
     cov_share: float
+    text_sums: Tensor | None = None
+    text_products: Tensor | None = None
+    text_tokens: Tensor | None = None
+
+
+def _share_and_corr(sums: Tensor, products: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
+    """Covariance share and mean pairwise correlation from (weighted) sums over texts; batched."""
+    N = tokens[..., None, None]
+    m = sums / N  # (..., H, D)
+    cross = products / N - torch.einsum("...hd,...gd->...hg", m, m)
+    H = cross.shape[-1]
+    off = ~torch.eye(H, dtype=torch.bool)
+    own = cross.diagonal(dim1=-2, dim2=-1)
+    corr = cross / torch.sqrt(own[..., :, None] * own[..., None, :])
+    share = cross[..., off].sum(-1) / cross.sum((-2, -1))
+    return share, corr[..., off].mean(-1)
 
 
 def head_statistics(encoder: NWBertEncoder, states: CorpusStates, layer: int) -> HeadStatistics:
@@ -533,8 +556,14 @@ def head_statistics(encoder: NWBertEncoder, states: CorpusStates, layer: int) ->
             ent.append(-(w * torch.log(w.clamp_min(1e-300))).sum(-1))
             eff.append(1 / w.pow(2).sum(-1))
             heads = encoder.attention_heads(layer, x_all[i : i + 1], attention_mask[i : i + 1].to(dev))[0]
-            contribs.append(torch.einsum("htk,hkd->htd", heads[:, mask[i].to(dev)], p.w_o).double())
-        c = torch.cat(contribs, dim=1).cpu()  # (H, tokens, D)
+            contribs.append(torch.einsum("htk,hkd->htd", heads[:, mask[i].to(dev)], p.w_o).double().cpu())
+        c = torch.cat(contribs, dim=1)  # (H, tokens, D)
+        # per-text sums around the corpus mean (a shift leaves every covariance unchanged and keeps the
+        # bootstrap's raw moments free of cancellation)
+        centre = c.mean(1, keepdim=True)
+        sums = torch.stack([(ci - centre).sum(1) for ci in contribs])  # (texts, H, D)
+        products = torch.stack([torch.einsum("htd,gtd->hg", ci - centre, ci - centre) for ci in contribs])
+        tokens = torch.tensor([ci.shape[1] for ci in contribs], dtype=torch.float64)
         c = c - c.mean(1, keepdim=True)
         cross = torch.einsum("htd,gtd->hg", c, c) / c.shape[1]  # tr Cov(c_h, c_g)
         own = cross.diagonal()
@@ -547,7 +576,58 @@ def head_statistics(encoder: NWBertEncoder, states: CorpusStates, layer: int) ->
             mean_corr=float(corr[off].mean()),
             max_abs_corr=float(corr[off].abs().max()),
             cov_share=float(cross[off].sum() / cross.sum()),
+            text_sums=sums,
+            text_products=products,
+            text_tokens=tokens,
         )
+
+
+def work_bootstrap(
+    stats: Sequence[HeadStatistics], *, replicates: int, generator: torch.Generator
+) -> dict[str, list[Comparison]]:
+    r"""Bootstrap over texts of each layer's covariance share and mean contribution correlation.
+
+    The corpus's texts are the sampling units (Efron and Tibshirani, 1993): each replicate draws
+    as many texts as the corpus has, with replacement (the same draw for every layer, from
+    ``generator``), and recomputes the statistics of :func:`head_statistics` from the drawn
+    texts' sums. The estimate is the full corpus's value, its standard error the replicates'
+    standard deviation, with df = texts − 1.
+
+    Parameters
+    ----------
+    stats : sequence of HeadStatistics
+        One per layer, from one corpus.
+    replicates : int
+        Bootstrap replicates, >= 2.
+    generator : torch.Generator
+        On the CPU.
+
+    Returns
+    -------
+    dict
+        ``"covariance share"`` and ``"mean corr"``: one Comparison per layer.
+    """
+    stats = list(stats)
+    if not stats or not all(isinstance(x, HeadStatistics) for x in stats):
+        raise TypeError("stats must be a non-empty sequence of HeadStatistics")
+    per_text = [(x.text_sums, x.text_products, x.text_tokens) for x in stats]
+    if any(t is None for triple in per_text for t in triple):
+        raise ValueError("stats must carry the per-text sums of head_statistics")
+    B = require_positive_int(replicates, "replicates", minimum=2)
+    require_generator(generator, "cpu")
+    T = len(stats[0].text_tokens)  # type: ignore[arg-type]
+    draws = torch.randint(T, (B, T), generator=generator)
+    counts = torch.zeros(B, T, dtype=torch.float64).scatter_add_(1, draws, torch.ones(B, T, dtype=torch.float64))
+    out: dict[str, list[Comparison]] = {"covariance share": [], "mean corr": []}
+    for x_sums, x_products, x_tokens in per_text:
+        assert x_sums is not None and x_products is not None and x_tokens is not None  # checked above
+        sums = torch.einsum("bt,thd->bhd", counts, x_sums)
+        products = torch.einsum("bt,thg->bhg", counts, x_products)
+        share, corr = _share_and_corr(sums, products, counts @ x_tokens)
+        full_share, full_corr = _share_and_corr(x_sums.sum(0), x_products.sum(0), x_tokens.sum())
+        for key, full, boot in (("covariance share", full_share, share), ("mean corr", full_corr, corr)):
+            out[key].append(Comparison(float(full), float(boot.std(correction=1)), T - 1))
+    return out
 
 
 def work_table(stats: Sequence[HeadStatistics]) -> pd.DataFrame:
@@ -672,7 +752,41 @@ TRAINING_KEYS: tuple[str, ...] = (
 TRAINING_ARMS: tuple[str, ...] = ("no_penalty", "penalty")
 """The two arms of a training point: without and with the orthogonality penalty."""
 
-_HISTORY_FIELDS = ("step", "train_loss", "test_mse", "hdi_key", "hdi_query", "head_correlation", "head_weights")
+_HISTORY_FIELDS = (
+    "step",
+    "train_loss",
+    "test_mse",
+    "hdi_key",
+    "hdi_query",
+    "head_correlation",
+    "head_weights",
+    "val_mse",
+)
+
+
+def zero_predictor_mse(frequency: float) -> float:
+    r"""The zero predictor's MSE :math:`\E f(x)^2` for the in-context task, whatever s.
+
+    For :math:`f(x) = s^{-1/2}\sum_{j<s}\sin(\omega x_j)` with independent :math:`x_j \sim N(0, 1)`,
+    the terms are centred and independent, so :math:`\E f^2 = \E\sin^2(\omega x) =
+    (1 - e^{-2\omega^2})/2` (from :math:`\E\cos(2\omega x) = e^{-2\omega^2}`).
+
+    Parameters
+    ----------
+    frequency : float
+        :math:`\omega > 0`.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> round(zero_predictor_mse(1.0), 6)
+    0.432332
+    """
+    w = require_positive_finite(frequency, "frequency")
+    return (1 - math.exp(-2 * w * w)) / 2
 
 
 def signal_overlap(bases: Tensor, signal_dim: int) -> float:
@@ -715,7 +829,9 @@ def training_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") 
     numbers: the penalty's effect is a paired difference over replicates); this is why the two
     arms are one point, not two. The task is :class:`~nwlib.models.training.InContextTask`
     with ``embed_dim``, ``signal_dim``, ``frequency`` and ``noise_sd``; the regressor has
-    ``num_heads`` heads of d_k = D/H and is trained in float32.
+    ``num_heads`` heads of d_k = D/H and is trained in float32. Two optional coordinates:
+    ``patience`` (early stopping on the validation prompts, at most ``steps`` steps; absent or
+    None: all ``steps`` steps) and ``values`` (``"response"``, the default, or ``"token"``).
 
     Parameters
     ----------
@@ -733,8 +849,9 @@ def training_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") 
     -------
     dict
         For each arm of :data:`TRAINING_ARMS`, the fields of
-        :class:`~nwlib.models.training.TrainingHistory` (lists over the evaluations) and
-        ``signal_overlap``, the trained keys' :func:`signal_overlap`.
+        :class:`~nwlib.models.training.TrainingHistory` (lists over the evaluations, and
+        ``best_index``, the evaluation of the returned model) and ``signal_overlap``, the
+        returned keys' :func:`signal_overlap`.
 
     Raises
     ------
@@ -761,6 +878,8 @@ def training_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") 
             seed=seed,
             eval_every=point["eval_every"],
             test_prompts=point["test_prompts"],
+            patience=point.get("patience"),
+            values=point.get("values", "response"),
             device=dev,
         )
         bases = orthonormal_basis(model.key_projections.detach().double().cpu())
@@ -783,6 +902,7 @@ def training_series(results: Sequence[Mapping[str, Any]], arm: str, key: str) ->
     Returns
     -------
     Tensor, shape (replicates, evaluations), float64
+        Runs stopped early are padded with NaN after their last evaluation.
     """
     if arm not in TRAINING_ARMS:
         raise ValueError(f"arm must be one of {list(TRAINING_ARMS)}, got {arm!r}")
@@ -790,7 +910,17 @@ def training_series(results: Sequence[Mapping[str, Any]], arm: str, key: str) ->
         raise ValueError(f"key must be a per-evaluation number of the history, got {key!r}")
     if isinstance(results, (str, bytes)) or not isinstance(results, Sequence) or not results:
         raise TypeError("results must be a non-empty sequence of training_point results")
-    return torch.tensor([r[arm][key] for r in results], dtype=torch.float64)
+    rows = [list(r[arm][key]) for r in results]
+    width = max(len(row) for row in rows)
+    return torch.tensor([row + [math.nan] * (width - len(row)) for row in rows], dtype=torch.float64)
+
+
+def _returned(results: Sequence[Mapping[str, Any]], arm: str, key: str) -> Tensor:
+    """A quantity at each run's returned model (its ``best_index``), shape (replicates,)."""
+    series = training_series(results, arm, key)
+    index = torch.tensor([r[arm].get("best_index", -1) for r in results])
+    index = torch.where(index < 0, torch.tensor([len(r[arm]["step"]) for r in results]) + index, index)
+    return series[torch.arange(len(results)), index]
 
 
 TRAINING_QUANTITIES: dict[str, str] = {
@@ -807,14 +937,19 @@ TRAINING_QUANTITIES: dict[str, str] = {
     "corr change, no penalty": "dcorr0",
     "corr change, penalty": "dcorr1",
     "signal overlap": "overlap",
+    "MSE removed, no penalty": "removed0",
+    "MSE removed, penalty": "removed1",
+    "steps, no penalty": "steps0",
+    "steps, penalty": "steps1",
 }
 """The quantities of :func:`training_comparisons` that chapter 5 glues, and the short names it glues them under."""
 
 
-def training_comparisons(results: Sequence[Mapping[str, Any]]) -> dict[str, Comparison]:
+def training_comparisons(results: Sequence[Mapping[str, Any]], zero_mse: float | None = None) -> dict[str, Comparison]:
     """The chapter's quantities for one task, each over the replicates (paired where two share a seed).
 
-    Final values are those of the last evaluation; "at init" of the first (step 0). Means
+    Trained values are those of the model each run returns (the best evaluation under early
+    stopping, else the last); "at init" of the first (step 0). Means
     are :func:`nwlib.evidence.mean`, changes :func:`nwlib.evidence.paired` (the penalty's arm
     against the other on the same seeds, a trained value against the same run's initial one).
 
@@ -822,6 +957,9 @@ def training_comparisons(results: Sequence[Mapping[str, Any]]) -> dict[str, Comp
     ----------
     results : sequence of dict
         :func:`training_point` results, one per replicate (at least two).
+    zero_mse : float, optional
+        The zero predictor's MSE (:func:`zero_predictor_mse`); with it, the fractions of it that
+        each arm removes, ``"MSE removed, no penalty"`` and ``"MSE removed, penalty"``.
 
     Returns
     -------
@@ -829,32 +967,41 @@ def training_comparisons(results: Sequence[Mapping[str, Any]]) -> dict[str, Comp
         ``"MSE, no penalty"``, ``"MSE, penalty"``, ``"MSE change (paired)"``, ``"HDI K at init"``,
         ``"HDI K trained"``, ``"HDI K change"``, ``"HDI Q trained"``, ``"HDI K trained, penalty"``,
         ``"head corr at init"``, ``"head corr, no penalty"``, ``"head corr, penalty"``,
-        ``"corr change, no penalty"``, ``"corr change, penalty"``, ``"signal overlap"`` (no penalty).
+        ``"corr change, no penalty"``, ``"corr change, penalty"``, ``"signal overlap"`` (no penalty),
+        ``"steps, no penalty"`` and ``"steps, penalty"`` (the step of the returned model).
     """
     if len(results) < 2:
         raise ValueError(f"results must hold at least two replicates, got {len(results)}")
-    mse0 = training_series(results, "no_penalty", "test_mse")[:, -1]
-    mse1 = training_series(results, "penalty", "test_mse")[:, -1]
-    hdi_path = training_series(results, "no_penalty", "hdi_key")
-    corr_path = training_series(results, "no_penalty", "head_correlation")
-    corr1 = training_series(results, "penalty", "head_correlation")[:, -1]
+    mse0 = _returned(results, "no_penalty", "test_mse")
+    mse1 = _returned(results, "penalty", "test_mse")
+    hdi0, hdi_end = training_series(results, "no_penalty", "hdi_key")[:, 0], _returned(results, "no_penalty", "hdi_key")
+    corr_init = training_series(results, "no_penalty", "head_correlation")[:, 0]
+    corr0 = _returned(results, "no_penalty", "head_correlation")
+    corr1 = _returned(results, "penalty", "head_correlation")
     overlap = torch.tensor([r["no_penalty"]["signal_overlap"] for r in results], dtype=torch.float64)
-    return {
+    out = {
         "MSE, no penalty": mean(mse0),
         "MSE, penalty": mean(mse1),
         "MSE change (paired)": paired(mse1, mse0),
-        "HDI K at init": mean(hdi_path[:, 0]),
-        "HDI K trained": mean(hdi_path[:, -1]),
-        "HDI K change": paired(hdi_path[:, -1], hdi_path[:, 0]),
-        "HDI Q trained": mean(training_series(results, "no_penalty", "hdi_query")[:, -1]),
-        "HDI K trained, penalty": mean(training_series(results, "penalty", "hdi_key")[:, -1]),
-        "head corr at init": mean(corr_path[:, 0]),
-        "head corr, no penalty": mean(corr_path[:, -1]),
+        "HDI K at init": mean(hdi0),
+        "HDI K trained": mean(hdi_end),
+        "HDI K change": paired(hdi_end, hdi0),
+        "HDI Q trained": mean(_returned(results, "no_penalty", "hdi_query")),
+        "HDI K trained, penalty": mean(_returned(results, "penalty", "hdi_key")),
+        "head corr at init": mean(corr_init),
+        "head corr, no penalty": mean(corr0),
         "head corr, penalty": mean(corr1),
-        "corr change, no penalty": paired(corr_path[:, -1], corr_path[:, 0]),
-        "corr change, penalty": paired(corr1, corr_path[:, 0]),
+        "corr change, no penalty": paired(corr0, corr_init),
+        "corr change, penalty": paired(corr1, corr_init),
         "signal overlap": mean(overlap),
+        "steps, no penalty": mean(_returned(results, "no_penalty", "step")),
+        "steps, penalty": mean(_returned(results, "penalty", "step")),
     }
+    if zero_mse is not None:
+        zero = require_positive_finite(zero_mse, "zero_mse")
+        out["MSE removed, no penalty"] = mean(1 - mse0 / zero)
+        out["MSE removed, penalty"] = mean(1 - mse1 / zero)
+    return out
 
 
 # --- minimising the MSE over head subspaces --------------------------------------------------
@@ -1309,3 +1456,50 @@ def covariance_check(
             }
         )
     return CovarianceCheck(pd.DataFrame(rows), finite)
+
+
+def large_head_summary(runs: Mapping[int, Sequence[Mapping[str, Any]]], *, num_heads: int) -> pd.DataFrame:
+    r"""The direct optimisation at several head sizes, against the predicted and the random HDI.
+
+    Parameters
+    ----------
+    runs : mapping of int to sequence of dict
+        For each head size d_k, the :func:`optimisation_point` results of its restarts (regime
+        ``"ii"``, one signal direction, in :math:`D = (H + 1)d_k` dimensions).
+    num_heads : int
+        H.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index ``"d_k"``; columns ``"D"``, ``"random HDI"`` (:math:`1 - d_k/D`), ``"predicted HDI"``
+        (:math:`(d_k - 1)/d_k`, :prf:ref:`prop-training-direction` with s = 1), and the means over
+        restarts of ``"HDI start"``, ``"HDI lowest"`` (the lowest recorded), ``"HDI end"``,
+        ``"overlap end"`` (:func:`signal_overlap` of e1), with ``"SE HDI end"``.
+    """
+    import pandas as pd
+
+    H = require_positive_int(num_heads, "num_heads", minimum=2)
+    if not isinstance(runs, Mapping) or not runs:
+        raise TypeError("runs must be a non-empty mapping of head size to optimisation results")
+    rows = []
+    for k, results in runs.items():
+        k = require_positive_int(k, "runs' head sizes", minimum=2)
+        if len(results) < 2:
+            raise ValueError(f"runs must hold at least two restarts per head size, got {len(results)} for d_k = {k}")
+        D = (H + 1) * k
+        end = mean(torch.tensor([r["hdi"][-1] for r in results], dtype=torch.float64))
+        rows.append(
+            {
+                "d_k": k,
+                "D": D,
+                "random HDI": 1 - k / D,
+                "predicted HDI": (k - 1) / k,
+                "HDI start": float(np.mean([r["hdi"][0] for r in results])),
+                "HDI lowest": float(np.mean([min(r["hdi"]) for r in results])),
+                "HDI end": end.estimate,
+                "SE HDI end": end.se,
+                "overlap end": float(np.mean([r["signal_overlap"][-1] for r in results])),
+            }
+        )
+    return pd.DataFrame(rows).set_index("d_k")

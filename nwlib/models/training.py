@@ -26,6 +26,7 @@ directions that every head must keep.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -53,6 +54,7 @@ __all__ = [
     "InContextTask",
     "OptimisationHistory",
     "PENALTIES",
+    "VALUES",
     "Prompts",
     "TrainingHistory",
     "ensemble_mse",
@@ -65,6 +67,10 @@ __all__ = [
 
 PENALTIES: tuple[str, ...] = ("subspace", "gram")
 """Kinds accepted by :func:`orthogonality_penalty`."""
+
+VALUES: tuple[str, ...] = ("response", "token")
+"""What an :class:`AttentionRegressor`'s values are: the responses :math:`y_i` alone, or the whole
+token :math:`(x_i, y_i)` (token-dependent values :math:`W_V^\top (x_i, y_i)`, as in a transformer)."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +196,11 @@ class AttentionRegressor(nn.Module):
     dtype : torch.dtype, default torch.float32
     device : optional
         Default: the generator's device.
+    values : {"response", "token"}, default "response"
+        ``"response"``: the values are the responses :math:`y_i` (``vdim = 1``), so that every
+        head is an NW smoother of the responses. ``"token"``: the values are the whole tokens
+        :math:`(x_i, y_i)` (``vdim = D + 1``), so that a head returns
+        :math:`W_V^{h\top}` applied to the NW average of the tokens, as in a transformer layer.
     """
 
     def __init__(
@@ -200,11 +211,14 @@ class AttentionRegressor(nn.Module):
         generator: torch.Generator,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
+        values: str = "response",
     ) -> None:
         super().__init__()
         require_generator(generator)
+        self.values = require_choice(values, "values", VALUES)
         device = generator.device if device is None else torch.device(device)
-        self.attention = MultiHeadNW(embed_dim, num_heads, vdim=1, batch_first=True, dtype=dtype, device=device)
+        vdim = 1 if self.values == "response" else embed_dim + 1
+        self.attention = MultiHeadNW(embed_dim, num_heads, vdim=vdim, batch_first=True, dtype=dtype, device=device)
         self.readout = nn.Linear(embed_dim, 1, dtype=dtype, device=device)
         with torch.no_grad():
             a = self.attention
@@ -226,11 +240,18 @@ class AttentionRegressor(nn.Module):
         return split_projection(a.q_proj_weight, a.num_heads)
 
     def head_weights(self) -> Tensor:
-        r""":math:`\alpha_h = r^\top W_O^h w_V^h`, shape (H,): how much each head's NW estimate enters."""
+        r""":math:`\alpha_h = r^\top W_O^h w_V^h`, shape (H,): how much each head's NW estimate of y enters.
+
+        With token values, :math:`w_V^h` is the column of :math:`W_V^h` that maps the response.
+        """
         a = self.attention
         w_o = a.out_proj.weight.view(a.embed_dim, a.num_heads, a.head_dim)  # (D, H, d_k)
-        w_v = a.v_proj_weight.view(a.num_heads, a.head_dim)  # (H, d_k): the value map of y
+        w_v = a.v_proj_weight[:, -1].reshape(a.num_heads, a.head_dim)  # (H, d_k): the value map of y
         return torch.einsum("d,dhk,hk->h", self.readout.weight[0], w_o, w_v)
+
+    def _value_inputs(self, x_context: Tensor, y_context: Tensor) -> Tensor:
+        y = y_context.unsqueeze(-1)
+        return y if self.values == "response" else torch.cat([x_context, y], dim=-1)
 
     def head_contributions(self, x_context: Tensor, y_context: Tensor, x_query: Tensor) -> Tensor:
         """Each head's term :math:`r^\\top W_O^h \\mathrm{head}_h(x)` of the prediction, shape (B, H, m).
@@ -238,13 +259,13 @@ class AttentionRegressor(nn.Module):
         The prediction is their sum plus the constant ``readout(b_O) + readout.bias``.
         """
         a = self.attention
-        heads = a.head_outputs(x_query, x_context, y_context.unsqueeze(-1))  # (B, H, m, d_k)
+        heads = a.head_outputs(x_query, x_context, self._value_inputs(x_context, y_context))  # (B, H, m, d_k)
         w_o = a.out_proj.weight.view(a.embed_dim, a.num_heads, a.head_dim)
         return torch.einsum("bhmk,dhk,d->bhm", heads, w_o, self.readout.weight[0])
 
     def forward(self, x_context: Tensor, y_context: Tensor, x_query: Tensor) -> Tensor:
         """Predictions at the queries, shape (B, m)."""
-        return self.readout(self.attention(x_query, x_context, y_context.unsqueeze(-1))).squeeze(-1)
+        return self.readout(self.attention(x_query, x_context, self._value_inputs(x_context, y_context))).squeeze(-1)
 
 
 def orthonormal_heads(free: Tensor, shared: Tensor | None = None) -> Tensor:
@@ -359,6 +380,12 @@ class TrainingHistory:
         Mean pairwise correlation of the heads' contributions on the test set.
     head_weights : list of list of float
         :meth:`AttentionRegressor.head_weights` at each evaluation.
+    val_mse : list of float
+        Mean squared error against the noisy responses on a fixed validation set of prompts
+        (a generator of its own, neither trained nor tested on): what early stopping watches.
+    best_index : int
+        The evaluation whose model :func:`train_regressor` returns: the one with the lowest
+        validation MSE under early stopping, the last one without it.
     """
 
     step: list[int] = field(default_factory=list)
@@ -368,6 +395,8 @@ class TrainingHistory:
     hdi_query: list[float] = field(default_factory=list)
     head_correlation: list[float] = field(default_factory=list)
     head_weights: list[list[float]] = field(default_factory=list)
+    val_mse: list[float] = field(default_factory=list)
+    best_index: int = -1
 
 
 def train_regressor(
@@ -384,6 +413,8 @@ def train_regressor(
     seed: int = 0,
     eval_every: int = 50,
     test_prompts: int = 256,
+    patience: int | None = None,
+    values: str = "response",
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
 ) -> tuple[AttentionRegressor, TrainingHistory]:
@@ -391,11 +422,17 @@ def train_regressor(
 
     The loss is the mean squared error against the noisy query responses plus
     ``penalty`` times :func:`orthogonality_penalty` of the key projections.
-    Three generators derived from ``seed`` keep initialisation, training draws and
-    the test set apart: ``seed`` initialises the model, ``seed + 1`` draws the
-    training prompts and ``seed + 2`` the test prompts, so runs that differ only
-    in ``penalty`` see the same initialisation and the same data (paired
-    comparisons), and the test set is independent of the training data.
+    Four generators derived from ``seed`` keep initialisation, training draws,
+    the test set and the validation set apart: ``seed`` initialises the model,
+    ``seed + 1`` draws the training prompts, ``seed + 2`` the test prompts and
+    ``seed + 3`` the validation prompts, so runs that differ only in ``penalty``
+    see the same initialisation and the same data (paired comparisons), and the
+    test set is independent of the training and validation data.
+
+    *Early stopping* (Prechelt, 1998): with ``patience`` set, training stops when the
+    validation MSE has not improved for ``patience`` evaluations in a row (or at
+    ``steps``), and the model of the best evaluation is restored and returned
+    (``history.best_index``); the test set plays no part in the choice.
 
     Parameters
     ----------
@@ -403,7 +440,7 @@ def train_regressor(
     num_heads : int
         H; must divide ``task.embed_dim``.
     steps : int
-        Optimiser steps (>= 1).
+        Optimiser steps (>= 1); the most that are taken under early stopping.
     batch_size, context, queries : int
         Prompts per step, context tokens and queries per prompt.
     lr : float, default 1e-2
@@ -415,7 +452,12 @@ def train_regressor(
     eval_every : int, default 50
         Evaluate at step 0, every ``eval_every`` steps and at the end.
     test_prompts : int, default 256
-        Size of the fixed test set.
+        Size of the fixed test set, and of the validation set.
+    patience : int, optional
+        Early stopping's patience in evaluations (>= 1); None trains for ``steps`` steps and
+        returns the last model.
+    values : {"response", "token"}, default "response"
+        :class:`AttentionRegressor`'s values.
     dtype : torch.dtype, default torch.float32
     device : torch.device or str, default "cpu"
 
@@ -446,16 +488,21 @@ def train_regressor(
     lr = require_positive_finite(lr, "lr")
     penalty = require_real(penalty, "penalty", minimum=0.0)
     require_choice(penalty_kind, "penalty_kind", PENALTIES)
+    if patience is not None:
+        patience = require_positive_int(patience, "patience")
     seed = require_seed(seed)
     dtype = require_dtype(dtype)
     device = torch.device(device)
     model = AttentionRegressor(
-        task.embed_dim, H, generator=torch.Generator(device=device).manual_seed(seed), dtype=dtype
+        task.embed_dim, H, generator=torch.Generator(device=device).manual_seed(seed), dtype=dtype, values=values
     )
     g_train = torch.Generator(device=device).manual_seed(seed + 1)
-    test = task.sample(
-        test_prompts, context, queries, generator=torch.Generator(device=device).manual_seed(seed + 2), dtype=dtype
-    )
+
+    def fixed_set(offset: int) -> Prompts:
+        g = torch.Generator(device=device).manual_seed(seed + offset)
+        return task.sample(test_prompts, context, queries, generator=g, dtype=dtype)
+
+    test, val = fixed_set(2), fixed_set(3)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     history = TrainingHistory()
     running: list[float] = []
@@ -471,9 +518,12 @@ def train_regressor(
             history.hdi_query.append(float(hdi(model.query_projections.double())))
             history.head_correlation.append(float(head_correlation(contrib.double())))
             history.head_weights.append(model.head_weights().double().tolist())
+            v = model(val.x_context, val.y_context, val.x_query)
+            history.val_mse.append(float((v - val.y_query).pow(2).mean()))
         running.clear()
 
     evaluate(0)
+    best = (history.val_mse[0], 0, copy.deepcopy(model.state_dict()))
     model.train()
     for step in range(1, steps + 1):
         batch = task.sample(batch_size, context, queries, generator=g_train, dtype=dtype)
@@ -486,6 +536,17 @@ def train_regressor(
         running.append(float(loss.detach()))
         if step % eval_every == 0 or step == steps:
             evaluate(step)
+            if patience is None:
+                continue
+            if history.val_mse[-1] < best[0]:
+                best = (history.val_mse[-1], len(history.step) - 1, copy.deepcopy(model.state_dict()))
+            elif len(history.step) - 1 - best[1] >= patience:
+                break
+    if patience is None:
+        history.best_index = len(history.step) - 1
+    else:
+        history.best_index = best[1]
+        model.load_state_dict(best[2])
     return model.eval(), history
 
 

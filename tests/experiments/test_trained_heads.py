@@ -292,6 +292,44 @@ def test_head_statistics_against_an_explicit_softmax(encoded):
         th.head_statistics(encoder, corpus, SMALL.num_hidden_layers)
 
 
+def test_work_bootstrap_against_a_resampling_loop(encoded):
+    encoder, corpus = encoded
+    stats = [th.head_statistics(encoder, corpus, layer) for layer in range(SMALL.num_hidden_layers)]
+    # the full-corpus value is the statistic of head_statistics
+    boot = th.work_bootstrap(stats, replicates=30, generator=torch.Generator().manual_seed(4))
+    for layer, x in enumerate(stats):
+        assert boot["covariance share"][layer].estimate == pytest.approx(x.cov_share, abs=1e-10)
+        assert boot["mean corr"][layer].estimate == pytest.approx(x.mean_corr, abs=1e-10)
+        assert boot["covariance share"][layer].df == len(TEXTS) - 1
+    # reference: redraw the same texts (the same generator calls) and recompute from the tokens' contributions
+    T = len(TEXTS)
+    draws = torch.randint(T, (30, T), generator=torch.Generator().manual_seed(4)).numpy()
+    layer = 0
+    attn, H, k = encoder.layer(layer).attention, SMALL.num_attention_heads, SMALL.head_dim
+    per_text = []
+    with torch.no_grad():
+        for i in range(T):
+            heads = encoder.attention_heads(
+                layer, corpus.hidden[layer][i : i + 1], corpus.batch.attention_mask[i : i + 1]
+            )
+            wo = attn.out_proj.weight.detach().double().numpy()
+            h_out = heads[0][:, corpus.mask[i]].double().numpy()  # (H, t, k)
+            per_text.append(np.stack([h_out[h] @ wo[:, h * k : (h + 1) * k].T for h in range(H)]))
+    shares = []
+    for row in draws:
+        c = np.concatenate([per_text[i] for i in row], axis=1)
+        c = c - c.mean(1, keepdims=True)
+        cross = np.einsum("htd,gtd->hg", c, c) / c.shape[1]
+        off = ~np.eye(H, dtype=bool)
+        shares.append(cross[off].sum() / cross.sum())
+    assert boot["covariance share"][layer].se == pytest.approx(np.std(shares, ddof=1), rel=1e-8)
+    with pytest.raises(ValueError, match="replicates"):
+        th.work_bootstrap(stats, replicates=1, generator=torch.Generator())
+    bare = th.HeadStatistics(stats[0].temperature, stats[0].entropy, stats[0].eff_keys, 0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="per-text"):
+        th.work_bootstrap([bare], replicates=2, generator=torch.Generator())
+
+
 def test_work_table_and_its_extremes():
     stats = [
         th.HeadStatistics(torch.tensor(t, dtype=F64), torch.tensor(e, dtype=F64), torch.tensor(k, dtype=F64), m, a, s)
@@ -371,15 +409,96 @@ def _fake_results(rng, replicates=5, evals=3):
     for _ in range(replicates):
         keys = ("test_mse", "hdi_key", "hdi_query", "head_correlation")
         res = {arm: {key: list(rng.normal(size=evals)) for key in keys} for arm in th.TRAINING_ARMS}
+        for arm in th.TRAINING_ARMS:
+            res[arm]["step"] = list(range(evals))
         res["no_penalty"]["signal_overlap"] = float(rng.uniform())
         out.append(res)
     return out
 
 
+def test_training_comparisons_use_the_returned_model_of_early_stopped_runs():
+    # runs of different lengths (stopped early), each returning the model of its best evaluation
+    rng = np.random.default_rng(3)
+    results = _fake_results(rng, replicates=4, evals=5)
+    for i, r in enumerate(results):
+        for arm in th.TRAINING_ARMS:
+            keep = 3 + i % 3  # 3, 4, 5, 3 evaluations
+            r[arm] = {k: (v[:keep] if isinstance(v, list) else v) for k, v in r[arm].items()}
+            r[arm]["best_index"] = keep - 2
+    series = th.training_series(results, "no_penalty", "test_mse")
+    assert series.shape == (4, 5) and bool(torch.isnan(series[0, 3:]).all()) and not bool(torch.isnan(series[2]).any())
+    got = th.training_comparisons(results, zero_mse=2.0)
+
+    def at_best(arm, key):
+        return np.array([r[arm][key][r[arm]["best_index"]] for r in results])
+
+    mse0, mse1 = at_best("no_penalty", "test_mse"), at_best("penalty", "test_mse")
+    for name, values in {
+        "MSE change (paired)": mse1 - mse0,
+        "HDI K change": at_best("no_penalty", "hdi_key") - np.array([r["no_penalty"]["hdi_key"][0] for r in results]),
+        "MSE removed, no penalty": 1 - mse0 / 2.0,
+        "MSE removed, penalty": 1 - mse1 / 2.0,
+        "steps, penalty": at_best("penalty", "step"),
+    }.items():
+        m, se = np_mean_se(values)
+        assert got[name].estimate == pytest.approx(m, abs=1e-14) and got[name].se == pytest.approx(se, rel=1e-12)
+        assert got[name].df == 3
+    with pytest.raises(ValueError, match="zero_mse"):
+        th.training_comparisons(results, zero_mse=0.0)
+
+
+def test_zero_predictor_mse_against_quadrature():
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    weights = weights / weights.sum()
+    for w in (0.5, 1.0, 2.0):
+        assert th.zero_predictor_mse(w) == pytest.approx(float(np.sum(weights * np.sin(w * nodes) ** 2)), rel=1e-10)
+    # the additive task has the same E f^2: Monte Carlo over the task's own draws
+    from nwlib.models.training import InContextTask
+
+    task = InContextTask(6, 6, frequency=1.0, noise_sd=0.0)
+    x = torch.randn(200_000, 6, generator=torch.Generator().manual_seed(2), dtype=F64)
+    f2 = task.f(x).pow(2)
+    assert abs(float(f2.mean()) - th.zero_predictor_mse(1.0)) < 4 * float(f2.std()) / math.sqrt(len(f2))
+    with pytest.raises(ValueError, match="frequency"):
+        th.zero_predictor_mse(0.0)
+
+
+def test_training_point_passes_patience_and_values():
+    got = th.training_point(TRAIN | {"steps": 40, "patience": 1, "values": "token"}, seed=2)
+    from nwlib.models.training import InContextTask
+
+    task = InContextTask(4, 1, frequency=1.0, noise_sd=0.5)
+    sizes = dict(num_heads=2, steps=40, batch_size=4, context=8, queries=4, lr=0.01, eval_every=2, test_prompts=8)
+    _, history = train_regressor(task, penalty=1.0, seed=2, patience=1, values="token", **sizes)
+    assert got["penalty"]["test_mse"] == history.test_mse and got["penalty"]["best_index"] == history.best_index
+
+
+def test_large_head_summary_against_numpy():
+    runs = {
+        4: [
+            {"hdi": [0.8, 0.7, 0.75], "signal_overlap": [0.1, 0.9, 0.99]},
+            {"hdi": [0.82, 0.72, 0.7], "signal_overlap": [0.2, 0.8, 0.97]},
+        ],
+    }
+    table = th.large_head_summary(runs, num_heads=3)
+    row = table.loc[4]
+    assert row["D"] == 16 and row["random HDI"] == 1 - 4 / 16 and row["predicted HDI"] == 3 / 4
+    assert row["HDI start"] == pytest.approx(0.81) and row["HDI lowest"] == pytest.approx(0.70)
+    m, se = np_mean_se(np.array([0.75, 0.7]))
+    assert row["HDI end"] == pytest.approx(m) and row["SE HDI end"] == pytest.approx(se)
+    assert row["overlap end"] == pytest.approx(0.98)
+    with pytest.raises(ValueError, match="two restarts"):
+        th.large_head_summary({4: runs[4][:1]}, num_heads=3)
+    with pytest.raises(TypeError, match="runs"):
+        th.large_head_summary({}, num_heads=3)
+
+
 def test_training_comparisons_against_numpy():
     results = _fake_results(np.random.default_rng(0))
     got = th.training_comparisons(results)
-    assert set(th.TRAINING_QUANTITIES) | {"HDI K trained, penalty"} == set(got)
+    removed = {"MSE removed, no penalty", "MSE removed, penalty"}  # only with the zero predictor's MSE
+    assert (set(th.TRAINING_QUANTITIES) - removed) | {"HDI K trained, penalty"} == set(got)
+    assert set(th.training_comparisons(results, zero_mse=1.0)) == set(got) | removed
 
     def col(arm, key, i):
         return np.array([r[arm][key][i] for r in results])
