@@ -43,3 +43,12 @@ def test_math_delimiters_and_output_wrapping():
     wrapped = latex_glue.wrap_lines("short\n" + "word " * 60, width=40)
     assert all(len(line) <= 40 for line in wrapped.splitlines()) and wrapped.startswith("short\n")
     assert wrapped.splitlines()[2].startswith("  ")  # continuation lines are indented
+
+
+def test_a_table_too_wide_for_the_page_becomes_a_note():
+    wide = [(True, [f"c{i}" for i in range(20)]), (False, [str(i) for i in range(20)])]
+    node = latex_glue.pdf_table(wide)
+    assert isinstance(node, latex_glue.nodes.paragraph) and "20 columns" in node.astext()
+    assert isinstance(latex_glue.pdf_table(wide[:1] + [(False, ["1"] * 20)]), latex_glue.nodes.paragraph)
+    narrow = [(True, ["a", "b"]), (False, ["1", "2"])]
+    assert isinstance(latex_glue.pdf_table(narrow), latex_glue.nodes.table)

@@ -98,6 +98,19 @@ def table_rows(fragment: str) -> list[tuple[bool, list[str]]]:
     return [(head, cells + [""] * (width - len(cells))) for head, cells in rows]
 
 
+MAX_COLUMNS = 12
+"""Columns a table may have in the PDF; a wider one (a notebook's raw data frame) is left to the HTML book."""
+
+
+def pdf_table(rows: list[tuple[bool, list[str]]]) -> nodes.Element:
+    """The table for the PDF, or a one-line note where it is too wide for a page."""
+    width = len(rows[0][1])
+    if width > MAX_COLUMNS:
+        text = f"(A table of {width} columns and {len(rows)} rows: too wide for the page; see the HTML book.)"
+        return nodes.paragraph(text, "", nodes.emphasis(text, text))
+    return table_node(rows)
+
+
 def table_node(rows: list[tuple[bool, list[str]]]) -> nodes.table:
     """A docutils table of text cells: header rows first, then the body."""
     width = len(rows[0][1])
@@ -150,7 +163,7 @@ class GlueForLatex(SphinxPostTransform):
             elif "<table" in data.get("text/html", ""):
                 rows = table_rows(data["text/html"])
                 if rows:
-                    node.replace_self(table_node(rows))
+                    node.replace_self(pdf_table(rows))
 
 
 CODE_NOTE = (
@@ -199,7 +212,7 @@ class DropCodeForLatex(SphinxPostTransform):
             if "html" in raw.get("format", "").split() and "<table" in raw.astext():
                 rows = table_rows(raw.astext())
                 if rows:
-                    raw.replace_self(table_node(rows))
+                    raw.replace_self(pdf_table(rows))
         for block in list(self.document.findall(nodes.literal_block)):
             text = block.astext()
             if any(len(line) > WRAP for line in text.splitlines()):
