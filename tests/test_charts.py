@@ -34,3 +34,9 @@ def test_bad_arguments_name_the_problem():
         charts.explorer(_grid(), x="x", y="y", controls={}, x_title="x", y_title="y")
     with pytest.raises(ValueError, match="mark"):
         charts.explorer(_grid(), x="x", y="y", controls={"h": "h"}, x_title="x", y_title="y", mark="bar")
+
+
+def test_a_grid_above_altairs_row_limit_is_inlined():
+    big = pd.DataFrame({"h": [0.1, 0.2] * 3000, "x": range(6000), "y": 1.0})
+    spec = charts.explorer(big, x="x", y="y", controls={"h": "h"}, x_title="x", y_title="y").to_dict()
+    assert [len(v) for v in spec["datasets"].values()] == [6000]  # one inline dataset, every row

@@ -9,6 +9,7 @@ runs in the reader's browser with no kernel; :func:`nwlib.book.glue_chart` paste
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,12 +105,16 @@ def explorer(
         if color
         else alt.Undefined
     )
-    base = alt.Chart(data).properties(width=width, height=height)
+    # the grid travels inside the spec as plain JSON values (NaN as null), whatever its size: Altair's
+    # row limit guards notebooks against huge outputs, and these grids are small by construction
+    values = json.loads(data.to_json(orient="records"))
+    base = alt.Chart(alt.InlineData(values=values)).properties(width=width, height=height)
     for f in filters:
         base = base.transform_filter(f)
     enc = dict(x=alt.X(f"{x}:Q", title=x_title, scale=x_scale), y=alt.Y(f"{y}:Q", title=y_title), color=colour)
     drawn = base.mark_line(point=True) if mark == "line" else base.mark_point(filled=True)
-    layers = [drawn.encode(**enc, tooltip=[alt.Tooltip(c) for c in needed])]
+    tips = [alt.Tooltip(f"{c}:{'Q' if _numeric(frame[c]) else 'N'}") for c in dict.fromkeys(needed)]
+    layers = [drawn.encode(**enc, tooltip=tips)]
     if se:
         band = base.transform_calculate(lo=f"datum['{y}'] - 2 * datum['{se}']", hi=f"datum['{y}'] + 2 * datum['{se}']")
         layers.insert(0, band.mark_area(opacity=0.2).encode(x=enc["x"], y="lo:Q", y2="hi:Q", color=colour))
