@@ -67,6 +67,9 @@ def test_notebook_runs_alone_in_a_fresh_environment(stem, tmp_path_factory):
                         "ipykernel", "nbclient", "nbformat"], check=True)  # fmt: skip
         subprocess.run([str(python), "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3"], check=True,
                        capture_output=True)  # fmt: skip
+    # the runs share one environment to save installs: remove the previous run's nwlib, so that this
+    # notebook's install cell finds none and does its whole work (clone, install, move into notebooks/)
+    subprocess.run([str(python), "-m", "pip", "uninstall", "--quiet", "--yes", "nwlib"], capture_output=True)
     origin = tmp_path_factory.getbasetemp() / "origin"
     if not origin.exists():
         _release_clone(tmp_path_factory.getbasetemp())
