@@ -570,8 +570,6 @@ QUOTED = {
         "rate_head_fast",
         "rate_halves",
         "rate_fib_minus_unif",
-        "att_ls_sum_k0",
-        "att_unif_removed_k1",
     },
     "info": {
         "e1_oracle_k1",
@@ -584,6 +582,9 @@ QUOTED = {
         "att_fib_change_k0",
         "att_ls_gain_k0_se",
         "att_tau_k1",
+        # the attention arm's values are conditional on the selected temperature: information
+        "att_ls_sum_k0",
+        "att_unif_removed_k1",
     },
 }
 
