@@ -20,6 +20,7 @@ from typing import Any
 from .._seeds import require_seed
 from ..evidence import Comparison, Findings
 from . import _provenance, _timeprofile
+from .tables import table
 
 __all__ = [
     "FIGURE_COLOURS",
@@ -35,6 +36,7 @@ __all__ = [
     "with_se",
     "setup",
     "start",
+    "table",
 ]
 
 FIGURE_STYLE: dict[str, Any] = {
