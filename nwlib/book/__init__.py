@@ -262,6 +262,9 @@ def glue_math(name: str, expression: Any, display: bool = True) -> None:
     glue(name, _GluedMath(latex), display=display)
 
 
+_LEGIBILITY_STRICT = False  # TEMPORARY while the figures are being fixed
+
+
 def glue_figure(name: str, figure: Any, directory: str | Path = "figures", dpi: int = 150) -> Path:
     """Show a matplotlib figure in the notebook, glue it, and save it as ``<directory>/<name>.png``.
 
@@ -284,11 +287,28 @@ def glue_figure(name: str, figure: Any, directory: str | Path = "figures", dpi: 
     -------
     Path
         Where the PNG was written.
+
+    Raises
+    ------
+    ValueError
+        If the figure is not legible at the page's width (:func:`nwlib.book.figures.legibility_problems`:
+        too wide, text too small, a legend on the data, too many lines in a panel).
     """
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"name must be a non-empty file stem without '/', got {name!r}")
     if not hasattr(figure, "savefig"):
         raise TypeError(f"figure must be a matplotlib Figure, got {type(figure).__name__}")
+    from .figures import legibility_problems
+
+    problems = legibility_problems(figure)
+    if problems:
+        message = f"figure {name!r} is not legible in the book: " + "; ".join(problems)
+        if not _LEGIBILITY_STRICT:
+            import warnings
+
+            warnings.warn(message, stacklevel=2)
+        else:
+            raise ValueError(message)
     path = Path(directory) / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=dpi, bbox_inches="tight")
