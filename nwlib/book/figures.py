@@ -48,12 +48,12 @@ def _data_points(ax: Any) -> Any:
 
     chunks = [np.empty((0, 2))]
     for line in ax.get_lines():
-        if line.get_visible() and len(line.get_xdata(orig=False)) >= 1:
+        if line.get_visible() and np.size(line.get_xdata(orig=False)) >= 1:
             chunks.append(_line_points(line))
     for collection in ax.collections:
         if isinstance(collection, PathCollection) and collection.get_visible():
-            offsets = collection.get_offsets()
-            if len(offsets):
+            offsets = np.asarray(collection.get_offsets())
+            if offsets.size:
                 chunks.append(collection.get_offset_transform().transform(offsets))
     return np.concatenate(chunks)
 
@@ -98,6 +98,7 @@ def legibility_problems(figure: Any) -> list[str]:
     ['12.0 in wide (at most 9.0 in)', "text 'wide' at 7.0 pt (at least 9.0 pt)"]
     >>> plt.close(fig)
     """
+    import numpy as np
     from matplotlib.figure import Figure
     from matplotlib.text import Text
 
@@ -111,14 +112,16 @@ def legibility_problems(figure: Any) -> list[str]:
     seen = set()
     for text in figure.findobj(Text):
         label = text.get_text().strip()
-        if not label or not text.get_visible() or (label, text.get_fontsize()) in seen:
+        if not label or not text.get_visible() or (label, float(text.get_fontsize())) in seen:
             continue
-        if text.get_fontsize() < MIN_FONT_PT - 1e-9:
-            seen.add((label, text.get_fontsize()))
-            problems.append(f"text {label[:40]!r} at {text.get_fontsize():.1f} pt (at least {MIN_FONT_PT:.1f} pt)")
+        size = float(text.get_fontsize())
+        if size < MIN_FONT_PT - 1e-9:
+            seen.add((label, size))
+            problems.append(f"text {label[:40]!r} at {size:.1f} pt (at least {MIN_FONT_PT:.1f} pt)")
     for ax in figure.axes:
         name = ax.get_title() or f"panel {figure.axes.index(ax) + 1}"
-        legends = [ax.get_legend()] if ax.get_legend() is not None else []
+        own = ax.get_legend()
+        legends = [own] if own is not None else []
         legends += [lg for lg in figure.legends if lg.get_visible()]
         if legends:
             points = _data_points(ax)
@@ -135,7 +138,7 @@ def legibility_problems(figure: Any) -> list[str]:
                     where = "the figure's legend" if legend in figure.legends else "its legend"
                     what = f"{int(inside.sum())} sampled data points" + (f" and {bars} bars" if bars else "")
                     problems.append(f"{name!r}: {where} covers {what}")
-        lines = [line for line in ax.get_lines() if line.get_visible() and len(line.get_xdata(orig=False)) >= 3]
+        lines = [line for line in ax.get_lines() if line.get_visible() and np.size(line.get_xdata(orig=False)) >= 3]
         if len(lines) > MAX_LINES:
             problems.append(f"{name!r}: {len(lines)} data lines (at most {MAX_LINES} per panel)")
     return problems
