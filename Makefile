@@ -155,11 +155,16 @@ robustness: $(TEST_STAMP)
 verdicts: $(BOOK_STAMP)
 	$(PY) tools/check_verdicts.py $(STAGE)/notebooks
 
+# Jupyter Book's closing banner names the folder it wrote, which is moved to HTML a line later: the
+# banner is rewritten to name HTML (bash's pipefail keeps jupyter-book's exit status).
+html: SHELL := /bin/bash
+html: .SHELLFLAGS := -o pipefail -c
 html: $(BOOK_STAMP)
 	@# Prose edited since the notebooks ran is picked up: refresh the staged sources.
 	$(PY) tools/run_notebooks.py --sources-only --stage $(STAGE)
 	rm -rf $(HTML) $(JB_OUT)
-	$(VENV)/bin/jupyter-book build $(STAGE) --path-output $(JB_OUT) $(JB_FLAGS)
+	$(VENV)/bin/jupyter-book build $(STAGE) --path-output $(JB_OUT) $(JB_FLAGS) 2>&1 \
+	  | sed -u -e 's#$(JB_OUT)/_build/html/*#$(patsubst %/,%,$(HTML))/#g'
 	mv $(JB_OUT)/_build/html $(HTML) && rm -rf $(JB_OUT)
 
 lint: $(TEST_STAMP)
@@ -204,13 +209,16 @@ test: $(TEST_STAMP)
 # the last `make book` when they are there, else executes them (PROFILE).
 PDF := _build/pdf/nwlib-companion.pdf
 LATEX_OUT := _build/latex-out
+pdf: SHELL := /bin/bash
+pdf: .SHELLFLAGS := -o pipefail -c
 pdf: $(BOOK_STAMP)
 	@command -v xelatex >/dev/null && command -v latexmk >/dev/null || { \
 	  echo "make pdf needs TeX Live: apt-get install latexmk texlive-xetex texlive-latex-extra texlive-fonts-recommended fonts-freefont-otf" >&2; exit 1; }
 	@test -f $(STAGE)/notebooks/appendix_environment.ipynb || $(MAKE) --no-print-directory notebooks PROFILE=$(PROFILE) STAGE=$(STAGE)
 	$(PY) tools/run_notebooks.py --sources-only --stage $(STAGE)
 	rm -rf $(LATEX_OUT)
-	$(VENV)/bin/jupyter-book build $(STAGE) --path-output $(LATEX_OUT) --builder pdflatex
+	$(VENV)/bin/jupyter-book build $(STAGE) --path-output $(LATEX_OUT) --builder pdflatex 2>&1 \
+	  | sed -u -e 's#$(LATEX_OUT)/_build/latex/*#$(dir $(PDF))#g'
 	mkdir -p $(dir $(PDF)) && cp $(LATEX_OUT)/_build/latex/nwlib-companion.pdf $(PDF) \
 	  && cp $(LATEX_OUT)/_build/latex/nwlib-companion.log $(PDF:.pdf=.log) && rm -rf $(LATEX_OUT)
 	@echo "PDF built: $(abspath $(PDF))"

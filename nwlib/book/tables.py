@@ -145,7 +145,8 @@ def table(
     -------
     pandas.DataFrame
         Strings only, ready to display or glue (its HTML is a plain table that the book's style
-        sheet pads and aligns).
+        sheet pads and aligns). Numeric cells are typeset: a minus sign (U+2212) for the hyphen and
+        no-break spaces around ±, so that a narrow column never breaks inside a number.
 
     Raises
     ------
@@ -159,10 +160,11 @@ def table(
     >>> import pandas as pd
     >>> frame = pd.DataFrame({"theta (deg)": [0.0, 45.0], "MSE": [0.10123, 0.0817], "MSE SE": [0.0031, 0.0029],
     ...                       "bias_sq": [0.012345, -0.00001]})
-    >>> table(frame, index=False)
-      θ (°)              MSE   bias²
-    0     0  0.1012 ± 0.0031  0.0123
-    1    45  0.0817 ± 0.0029  0.0000
+    >>> shown = table(frame, index=False)
+    >>> list(shown.columns), shown["bias²"].tolist()
+    (['θ (°)', 'MSE', 'bias²'], ['0.0123', '0.0000'])
+    >>> shown["MSE"][0] == "0.1012\u00a0±\u00a00.0031"  # no line break inside an estimate
+    True
     """
     import pandas as pd
     from pandas.api import types
@@ -212,6 +214,7 @@ def table(
                 out[column] = [_real(v, places, scientific, digits) for v in values]
         else:
             out[column] = [_cell(v, digits) for v in values]
+    out = {c: [_typeset(v) for v in values] for c, values in out.items()}
     names = {c: (headers or {}).get(c, header(c)) for c in out}
     shown = pd.DataFrame({names[c]: v for c, v in out.items()}, index=frame.index)
     if not index:
@@ -222,6 +225,16 @@ def table(
             return shown
         shown.index = [_cell(v, digits) for v in shown.index]
     return shown
+
+
+_NUMBER = re.compile(r"^-?\d[\d.]*(e[+-]\d+)?( ± \d[\d.]*(e[+-]\d+)?)?$")
+
+
+def _typeset(cell: str) -> str:
+    """A numeric cell as typeset: a minus sign (−) for the hyphen, no line break around ±."""
+    if not _NUMBER.match(cell):
+        return cell
+    return cell.replace(" ± ", "\u00a0±\u00a0").replace("-", "\u2212")
 
 
 def _cell(value: Any, digits: int) -> str:
