@@ -79,3 +79,10 @@ def test_glue_figure_refuses_an_illegible_figure(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"figure 'wide' is not legible in the book: 12.0 in wide"):
         glue_figure("wide", fig, directory=tmp_path)
     assert not (tmp_path / "wide.png").exists()
+
+
+def test_error_bar_caps_are_not_counted_as_lines():
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for k in range(legible.MAX_LINES):
+        ax.errorbar(X[::8], k + X[::8], yerr=0.1, capsize=3)
+    assert legible.legibility_problems(fig) == []

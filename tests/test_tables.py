@@ -103,3 +103,9 @@ def test_bad_input_names_the_argument():
         table(pd.DataFrame({"a": [1.0]}), digits=0)
     with pytest.raises(TypeError, match="headers"):
         table(pd.DataFrame({"a": [1.0]}), headers=["a"])  # type: ignore[arg-type]
+
+
+def test_a_float_index_keeps_its_name():
+    frame = pd.DataFrame({"mse": [1.0, 2.0]}, index=pd.Index([0.25, 0.5], name="theta"))
+    shown = table(frame)
+    assert shown.index.name == "θ" and list(shown.index) == ["0.25", "0.5"]

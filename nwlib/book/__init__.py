@@ -555,6 +555,8 @@ def with_se(value: float, se: float, *, digits: int = 2) -> str:
     '0.0000 ± 0.0012'
     >>> with_se(1234.7, 56.0)
     '1235 ± 56'
+    >>> with_se(-0.0, 0.0)  # no standard error: 4 significant digits, and no "-0"
+    '0'
     """
     import math
 
@@ -564,7 +566,7 @@ def with_se(value: float, se: float, *, digits: int = 2) -> str:
     if not math.isfinite(value):
         return str(value)
     if not math.isfinite(se) or se <= 0:
-        return f"{value:.4g}"
+        return f"{value if value else 0.0:.4g}"  # -0.0 prints as 0
     decimals = max(0, digits - 1 - math.floor(math.log10(se)))
     shown = round(value, decimals)
     if shown == 0:

@@ -11,7 +11,8 @@ chapter rather than by review:
   what this catches);
 * no legend on the data: no point of a line or marker of its axes falls inside the legend's box
   (lines are sampled between their points, so a line crossing the box counts), and no bar meets it;
-* at most :data:`MAX_LINES` data lines per panel, so that each can be told apart.
+* at most :data:`MAX_LINES` data lines per panel, so that each can be told apart (an error bar's caps
+  are not lines of their own).
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ def legibility_problems(figure: Any) -> list[str]:
     >>> plt.close(fig)
     """
     import numpy as np
+    from matplotlib.container import ErrorbarContainer
     from matplotlib.figure import Figure
     from matplotlib.text import Text
 
@@ -138,7 +140,14 @@ def legibility_problems(figure: Any) -> list[str]:
                     where = "the figure's legend" if legend in figure.legends else "its legend"
                     what = f"{int(inside.sum())} sampled data points" + (f" and {bars} bars" if bars else "")
                     problems.append(f"{name!r}: {where} covers {what}")
-        lines = [line for line in ax.get_lines() if line.get_visible() and np.size(line.get_xdata(orig=False)) >= 3]
+        caps = {
+            id(cap) for container in ax.containers if isinstance(container, ErrorbarContainer) for cap in container[1]
+        }
+        lines = [
+            line
+            for line in ax.get_lines()
+            if line.get_visible() and id(line) not in caps and np.size(line.get_xdata(orig=False)) >= 3
+        ]
         if len(lines) > MAX_LINES:
             problems.append(f"{name!r}: {len(lines)} data lines (at most {MAX_LINES} per panel)")
     return problems

@@ -60,6 +60,10 @@ _TOKENS = {
 _SE_PATTERNS = ("{c} SE", "{c}_se", "SE ({c})", "se ({c})", "{c} se", "SE {c}")
 
 
+# a subscripted symbol (d_k, d_h, x_i, W_O) stays as it is
+_SYMBOL = re.compile(r"^[A-Za-z]_[A-Za-z0-9]{1,2}$")
+
+
 def header(name: object) -> str:
     """A column header in words: ``"bias_sq"`` → ``"bias²"``, ``"mse_validation"`` → ``"MSE validation"``.
 
@@ -75,7 +79,7 @@ def header(name: object) -> str:
     if text in _HEADERS:
         return _HEADERS[text]
     text = text.replace("^2", "²")
-    if "_" in text and text not in {"d_k", "d_v"}:
+    if "_" in text and not _SYMBOL.match(text):
         words = [_TOKENS.get(token.lower(), token) for token in text.split("_") if token]
         text = " ".join(words).replace(" ²", "²")
     return text
@@ -223,7 +227,7 @@ def table(
         shown.index = shown.index.set_names([None if n is None else header(n) for n in shown.index.names])
         if isinstance(shown.index, pd.MultiIndex) or not types.is_float_dtype(shown.index):
             return shown
-        shown.index = [_cell(v, digits) for v in shown.index]
+        shown.index = pd.Index([_cell(v, digits) for v in shown.index], name=shown.index.name)
     return shown
 
 
