@@ -24,7 +24,10 @@ What is here:
 * **the studies**: paths of equiangular families (:func:`summarise_path`), the two-angle surface
   (:func:`two_angle_surface`), pairwise orthogonal families against their bounds
   (:func:`orthogonal_study`), the best-of-each-side contest on fresh data (:func:`best_family_contest`),
-  and attention's own heads (:func:`attention_heads`).
+  and attention's own heads (:func:`attention_heads`);
+* **tables for reading** in the book's one style (:func:`nwlib.book.table`): a path's terms ``± SE``
+  (:func:`path_table`), the angles' accuracy (:func:`accuracy_table`) and the orthogonal families against
+  their bounds (:func:`orthogonal_table`).
 
 Common random numbers: every family of the chapter is simulated on the same training sets (one
 generator seed), the same evaluation points and the same fitting batch, so that differences between
@@ -69,6 +72,7 @@ from ..weighting import least_squares_weights, replicate_mse
 
 __all__ = [
     "paths_grid",
+    "PATH_COLUMNS",
     "GROUPS",
     "QUANTITIES",
     "RIDGE",
@@ -87,6 +91,7 @@ __all__ = [
     "Surface",
     "additive_bound",
     "additive_residual",
+    "accuracy_table",
     "angle_accuracy",
     "angle_grid",
     "attention_heads",
@@ -105,7 +110,9 @@ __all__ = [
     "non_orthogonal_pool",
     "orthogonal_signal_mass",
     "orthogonal_study",
+    "orthogonal_table",
     "pair_with_angles",
+    "path_table",
     "random_hdi_check",
     "random_hdi_point",
     "random_placement_study",
@@ -1940,3 +1947,128 @@ def paths_grid(runs: Mapping[str, Mapping[str, Any]]) -> Any:
                     )  # fmt: skip
                 )
     return pd.concat(rows, ignore_index=True)
+
+
+# --- tables for reading (the book's one style, :func:`nwlib.book.table`) -----------------------------
+
+PATH_COLUMNS: tuple[str, ...] = ("theta", "HDI", "MSE", "bias^2", "variance", "covariance", "mean corr")
+"""The columns of a path's table, in the order the chapter shows them (each with its SE where it has one)."""
+
+_PATH_HEADERS = {
+    "theta": "θ (rad)",
+    "mean corr": "mean error correlation",
+    "zero MSE": "zero predictor's MSE",
+    "removed": "share of it removed",
+}
+
+
+def path_table(frame: Any, columns: Sequence[str] = PATH_COLUMNS, *, zero_mse: float | None = None) -> Any:
+    """A path's table (:attr:`PathSummary.table`) for reading: each term as ``estimate ± SE``, headers in words.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        One row per family: ``theta``, ``HDI``, the :class:`Evaluation` row (``MSE``, ``MSE SE``,
+        ``bias^2``, ...); any further columns named in ``columns`` (e.g. ``d_k``).
+    columns : sequence of str, default :data:`PATH_COLUMNS`
+        The estimates to show, in order; a column ``"<c> SE"`` of the frame joins its estimate.
+    zero_mse : float, optional
+        The zero predictor's MSE on the same points: adds it and the share of it each family removes,
+        ``1 - MSE / zero_mse``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Strings (:func:`nwlib.book.table`), one row per family.
+
+    Raises
+    ------
+    ValueError
+        If ``columns`` names a column the frame lacks.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"theta": [0.0, 1.5708], "HDI": [0.0, 0.6667], "MSE": [0.1112, 0.0903],
+    ...                       "MSE SE": [0.0021, 0.0019]})
+    >>> shown = path_table(frame, ["theta", "HDI", "MSE"])
+    >>> list(shown.columns), shown["HDI"].tolist(), shown["MSE"][1].split()
+    (['θ (rad)', 'HDI', 'MSE'], ['0.000', '0.667'], ['0.0903', '±', '0.0019'])
+    """
+    from ..book import table
+
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"columns names {missing}, which the frame does not have")
+    picked = [name for c in columns for name in (c, f"{c} SE") if name in frame.columns]
+    shown = frame[picked]
+    if zero_mse is not None:
+        zero = require_positive_finite(zero_mse, "zero_mse")
+        shown = shown.assign(**{"zero MSE": zero, "removed": 1 - frame["MSE"] / zero})
+    return table(shown, index=False, headers=_PATH_HEADERS)
+
+
+def accuracy_table(accuracy: Any) -> Any:
+    """:func:`angle_accuracy`'s relative errors for reading: two significant digits in scientific notation.
+
+    Parameters
+    ----------
+    accuracy : pandas.DataFrame
+        Indexed by ``t``; columns ``principal_angles``, ``arccos``, ``scipy``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Strings, indexed by the tiny angle t.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> errors = pd.DataFrame({"t": [1e-3, 1e-7], "principal_angles": [2.1e-13, 0.0],
+    ...                        "arccos": [3.3e-10, 0.97], "scipy": [1.2e-13, 4.5e-9]}).set_index("t")
+    >>> shown = accuracy_table(errors)
+    >>> shown.index.tolist(), shown["arccos of the cosines"].str.replace("\u2212", "-").tolist()
+    (['1e-03', '1e-07'], ['3.3e-10', '9.7e-01'])
+    """
+    from ..book import table
+
+    headers = {
+        "principal_angles": "nwlib.principal_angles",
+        "arccos": "arccos of the cosines",
+        "scipy": "scipy subspace_angles",
+    }
+    import pandas as pd
+
+    shown = accuracy.map(lambda v: f"{v:.1e}")
+    shown.index = pd.Index([f"{t:.0e}" for t in accuracy.index], name="t")
+    return table(shown, headers=headers)
+
+
+def orthogonal_table(frame: Any) -> Any:
+    """:attr:`OrthogonalStudy.table` for reading: each weighting's MSE ``± SE`` beside its limit and bound.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Indexed by ``signal in``; ``MSE (uniform)``, ``SE (uniform)``, ``MSE (least squares)``,
+        ``SE (least squares)`` and the closed-form columns.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Strings, one row per family.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"signal in": ["one head"], "MSE (uniform)": [0.6651], "SE (uniform)": [0.0012],
+    ...                       "limit (uniform)": [0.5731], "MSE (least squares)": [0.1041],
+    ...                       "SE (least squares)": [0.0015], "bound (any weights)": [0.0]}).set_index("signal in")
+    >>> [cell.split() for cell in orthogonal_table(frame).iloc[0]]
+    [['0.6651', '±', '0.0012'], ['0.5731'], ['0.1041', '±', '0.0015'], ['0']]
+    """
+    from ..book import table
+
+    pairs = {"MSE (uniform)": "SE (uniform)", "MSE (least squares)": "SE (least squares)"}
+    # four significant digits: the closed forms are compared with MSEs shown to their SE's precision
+    return table(frame, se={k: v for k, v in pairs.items() if k in frame.columns}, digits=4)

@@ -312,10 +312,14 @@ class IndependentHeadsModel:
     """The optimal MSE over Fibonacci's at q = φ (golden ratio)."""
 
     def threshold_table(self) -> Any:
-        """The thresholds as a DataFrame (rounded to 3 digits)."""
+        """The thresholds for reading (:func:`nwlib.book.table`, four significant digits)."""
         import pandas as pd
 
-        return pd.DataFrame({"beats uniform for q >": self.thresholds}).round(3)
+        from ..book import table
+
+        frame = pd.DataFrame({"beats uniform for q >": self.thresholds})
+        frame.index.name = "scheme"
+        return table(frame, digits=4)
 
 
 def independent_heads_model(
@@ -1127,10 +1131,36 @@ def _check_scott_default(settings: Settings, design: Design, h_scott: float, the
         raise RuntimeError("scott_bandwidth(n, 1) is not the engine's default bandwidth for unit-norm 1-D heads")
 
 
-def mse_table(df: Any, by: str = "kappa") -> Any:
-    """Each scheme's MSE ± SE by setting, as a table of text (schemes in their order of appearance)."""
-    t = df.assign(cell=[f"{m_:.4f} ± {s_:.4f}" for m_, s_ in zip(df.mse, df.se, strict=True)])
-    return t.pivot(index="scheme", columns=by, values="cell").loc[df.scheme.unique()]
+_SETTING_SYMBOLS = {"kappa": "κ", "k": "k", "n": "n"}
+_ROW_NAMES = {"scheme": "scheme", "d": "head dimension d_h"}
+
+
+def mse_table(df: Any, by: str = "kappa", index: str = "scheme") -> Any:
+    """Each row's MSE ± SE by setting, for reading (rows in their order of appearance).
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Long table with columns ``index``, ``by``, ``mse`` and ``se``.
+    by : str, default "kappa"
+        The setting, one column per value (headed ``κ = 0.5``, ``k = 3``, ``n = 256``).
+    index : str, default "scheme"
+        The rows (``"d"``: the consistent heads, by dimension).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Strings ``estimate ± SE`` (:func:`nwlib.book.with_se`: the estimate rounded by its SE).
+    """
+    from ..book import table, with_se
+
+    t = df.assign(cell=[with_se(m_, s_) for m_, s_ in zip(df.mse, df.se, strict=True)])
+    wide = t.pivot(index=index, columns=by, values="cell").loc[df[index].unique()]
+    symbol = _SETTING_SYMBOLS.get(by, by)
+    wide.columns = [f"{symbol} = {v:g}" for v in wide.columns]
+    shown = table(wide)
+    shown.index.name = _ROW_NAMES.get(index, index)  # as written (d_h is a symbol, not snake case)
+    return shown
 
 
 def cell(df: Any, key: Any, scheme: str, col: str, by: str = "kappa") -> float:
@@ -1176,9 +1206,8 @@ class NestedStudy:
         return paired(self.scores[a][k_a - 1], self.scores[b][(k_a if k_b is None else k_b) - 1])
 
     def mse_table(self) -> Any:
-        """Each scheme's MSE on batch B by k (rounded to 4 digits)."""
-        t = self.table
-        return t.pivot(index="scheme", columns="k", values="mse").loc[t.scheme.unique()].round(4)
+        """Each scheme's MSE ± SE on batch B by k, for reading (:func:`mse_table`)."""
+        return mse_table(self.table, by="k")
 
     def steps(self, scheme: str, ks: Sequence[int] | range) -> list[Comparison]:
         """Each step k - 1 → k of a scheme (the k best minus the k - 1 best), paired on B."""
@@ -1340,10 +1369,38 @@ def validation_study(settings: Settings, target: Tensor, cases: Sequence[tuple[s
     return pd.DataFrame(fit_rows)
 
 
+_VALIDATION_HEADERS = {
+    "R_fit": "R_fit",
+    "kendall_tau": "Kendall τ",
+    "top_head_hit": "best head found",
+    "fib_gain": "Fibonacci gain (%)",
+    "fib_vs_oracle": "Fibonacci, validation − oracle (%)",
+    "opt_gain": "optimal gain (%)",
+    "opt_vs_oracle": "optimal, validation − oracle (%)",
+}
+
+
 def validation_table(fit_df: Any) -> Any:
-    """The columns of the validation study the chapter shows, rounded to 2 digits."""
-    columns = ["experiment", "kappa", "R_fit", "fits", "kendall_tau", "top_head_hit", "fib_gain", "fib_vs_oracle"]
-    return fit_df[columns + ["opt_gain", "opt_vs_oracle"]].round(2)
+    """The columns of the validation study the chapter shows, for reading: each with its SE where it has one.
+
+    Parameters
+    ----------
+    fit_df : pandas.DataFrame
+        :func:`validation_study`'s table.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Strings: the setting (experiment and κ), ``R_fit``, the number of fits, the rank agreement and the
+        gains (in % of uniform weights' MSE), ``estimate ± SE`` (the estimate alone where one fit gives no SE).
+    """
+    from ..book import table
+
+    columns = ["R_fit", "fits", "kendall_tau", "top_head_hit", "fib_gain", "fib_vs_oracle", "opt_gain", "opt_vs_oracle"]
+    picked = [name for c in columns for name in (c, f"{c}_se") if name in fit_df.columns]
+    setting = [f"exp. {e[1:]}, κ = {k:g}" for e, k in zip(fit_df.experiment, fit_df.kappa, strict=True)]
+    frame = fit_df[picked].assign(setting=setting)[["setting", *picked]]
+    return table(frame, index=False, headers=_VALIDATION_HEADERS)
 
 
 def _fit_cell(fit_df: Any, key: str, kappa: float, r_fit: int, col: str) -> float:
@@ -1847,17 +1904,31 @@ def attention_experiment(settings: Settings, design: Design, *, generator: torch
 
 
 def zero_predictor_table(attention: AttentionExperiment) -> Any:
-    """Every attention result beside the zero predictor: MSE ± SE, the zero predictor's MSE, the fraction removed."""
+    """Every attention result beside the zero predictor: MSE ± SE and the share of the zero predictor's MSE removed.
+
+    Parameters
+    ----------
+    attention : AttentionExperiment
+
+    Returns
+    -------
+    pandas.DataFrame
+        Strings, one column per κ: each scheme's ``MSE ± SE (r % removed)``, then the zero predictor's MSE
+        and the temperature chosen on the tuning batch.
+    """
+    from ..book import table, with_se
+
     df = attention.table
-    t = df.assign(
-        cell=[
-            f"{m_:.4f} ± {s_:.4f} (zero: {z_:.4f}; removes {100 * r_:.0f}%)"
-            for m_, s_, z_, r_ in zip(df.mse, df.se, df.zero_mse, df.removed, strict=True)
-        ]
-    )
+    cells = zip(df.mse, df.se, df.removed, strict=True)
+    t = df.assign(cell=[f"{with_se(m_, s_)} ({100 * r_:.0f} % removed)" for m_, s_, r_ in cells])
     out = t.pivot(index="scheme", columns="kappa", values="cell").loc[df.scheme.unique()]
+    zero = df.groupby("kappa").zero_mse
+    if int(zero.nunique().max()) != 1:
+        raise RuntimeError("the zero predictor's MSE differs between the schemes of one κ")
+    out.loc["zero predictor (MSE)"] = [f"{float(zero.first()[k]):.4f}" for k in out.columns]
     out.loc["temperature τ (tuning batch)"] = [f"{attention.fits[k].temperature:g}" for k in out.columns]
-    return out
+    out.columns = [f"κ = {k:g}" for k in out.columns]
+    return table(out)
 
 
 # --- what counts as heterogeneous, and as an estimator that smooths --------------------------------
@@ -2243,6 +2314,8 @@ def summary_table(study: Study) -> Any:
     """Each scheme's MSE change against uniform weights (%, ± SE) at both κ ends of exp. 1, 2 and attention."""
     import pandas as pd
 
+    from ..book import table, with_se
+
     s = study.settings
     summary = {}
     for label, df in (
@@ -2253,13 +2326,13 @@ def summary_table(study: Study) -> Any:
         for kp in (s.k0, s.k1):
             u_mse = cell(df, kp, "uniform", "mse")
             summary[f"{label}, κ = {kp:g}"] = {
-                sc: f"{100 * cell(df, kp, sc, 'diff') / u_mse:+.1f} ± {100 * cell(df, kp, sc, 'diff_se') / u_mse:.2f}"
+                sc: with_se(100 * cell(df, kp, sc, "diff") / u_mse, 100 * cell(df, kp, sc, "diff_se") / u_mse)
                 for sc in df.scheme.unique()
                 if sc != "uniform"
             }
-    table = pd.DataFrame(summary).fillna("")
-    table.index.name = "MSE change vs uniform (%)"
-    return table
+    frame = pd.DataFrame(summary).fillna("")
+    frame.index.name = "MSE change vs uniform (%)"
+    return table(frame)
 
 
 def validation_numbers(study: Study) -> GlueSet:
@@ -2385,17 +2458,19 @@ def rate_numbers(study: Study) -> GlueSet:
 
 def rate_table(study: Study) -> Any:
     """The heads' empirical rates against theory, with readable column names (rounded to 3 digits)."""
+    from ..book import table
+
     s = study.settings
-    return study.rates.head_rates.rename(
-        columns={
-            "d": "head dimension d_h",
-            "theory": "rate 4/(d_h+4)",
-            "empirical": f"empirical rate, n = {s.rate_ns[0]}..{s.rate_ns[-1]}",
-            "se": "SE",
-            "minus_next": "minus the next head's rate (paired)",
-            "minus_next_se": "its SE",
-        }
-    ).round(3)
+    headers = {
+        "d": "head dimension d_h",
+        "theory": "rate 4/(d_h + 4)",
+        "empirical": f"empirical rate, n = {s.rate_ns[0]}…{s.rate_ns[-1]}",
+        "minus_next": "minus the next head's rate (paired)",
+    }
+    shown = table(
+        study.rates.head_rates, se={"empirical": "se", "minus_next": "minus_next_se"}, headers=headers, index=False
+    )
+    return shown.replace("nan", "–")  # the last head has no next one
 
 
 def attention_numbers(study: Study) -> GlueSet:
@@ -2815,9 +2890,13 @@ def quality_table(spreads: Mapping[str, Comparison]) -> Any:
     """Each case's quality spread (worst minus best head of its block, batch B) and the attribute it gives."""
     import pandas as pd
 
+    from ..book import table, with_se
+
     kinds = quality_attributes(spreads)
-    rows = {key: dict(spread=f"{c.estimate:.4f} ± {c.se:.4f}", quality=kinds[key]) for key, c in spreads.items()}
-    return pd.DataFrame(rows).T
+    rows = {key: dict(spread=with_se(c.estimate, c.se), quality=kinds[key]) for key, c in spreads.items()}
+    frame = pd.DataFrame(rows).T
+    frame.index.name = "case"
+    return table(frame)
 
 
 READINGS = {
@@ -2958,13 +3037,16 @@ def cases_table(readings: Sequence[Any]) -> Any:
     """Every reading's cases as a DataFrame: reading, case, holds, within the paper's conditions, the attributes."""
     import pandas as pd
 
-    return pd.DataFrame(
+    from ..book import table
+
+    frame = pd.DataFrame(
         [
             dict(reading=r.name, case=c.name, holds=c.holds, inside=within_conditions(c, r.conditions), **c.attributes)
             for r in readings
             for c in r.cases
         ]
     )
+    return table(frame, index=False, headers={"inside": "inside the paper's conditions"})
 
 
 def verdict_reason(study: Study, evidence: Evidence, readings: Sequence[Any]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.linalg
 import torch
@@ -715,3 +716,71 @@ def test_paths_grid_long_table_from_path_tables():
     assert (row.value, row.se, row.path) == (2.0, 0.2, "(i)")
     with pytest.raises(TypeError, match="runs"):
         paths_grid({})
+
+
+# --- tables for reading ---------------------------------------------------------------------------------
+
+
+def _plain(frame):
+    """Cells with the book's typesetting undone (no-break spaces, minus signs)."""
+    return frame.map(lambda c: c.replace("\u00a0", " ").replace("\u2212", "-"))
+
+
+def test_path_table_pairs_each_term_with_its_se_and_rounds_by_it():
+    frame = pd.DataFrame(
+        {
+            "theta": [0.0, math.pi / 2],
+            "HDI": [0.0, 2 / 3],
+            "MSE": [0.111234, 0.090321],
+            "MSE SE": [0.00213, 0.00189],
+            "bias^2": [0.08012, -0.0000004],
+            "bias^2 SE": [0.0005, 0.00052],
+            "mean corr": [1.0, 0.4321],
+        }
+    )
+    shown = _plain(hd.path_table(frame, ["theta", "HDI", "MSE", "bias^2", "mean corr"], zero_mse=0.5))
+    assert list(shown.columns) == [
+        "θ (rad)",
+        "HDI",
+        "MSE",
+        "bias²",
+        "mean error correlation",
+        "zero predictor's MSE",
+        "share of it removed",
+    ]
+    # the estimate keeps the decimals of its SE's two significant digits (0.0021 -> 4 decimals)
+    assert shown["MSE"].tolist() == ["0.1112 ± 0.0021", "0.0903 ± 0.0019"]
+    assert shown["bias²"].tolist() == ["0.08012 ± 0.00050", "0.00000 ± 0.00052"]  # no "-0.00000"
+    assert shown["θ (rad)"].tolist() == ["0.00", "1.57"]
+    # 1 - MSE / zero: 1 - 0.111234/0.5 = 0.777532, 1 - 0.090321/0.5 = 0.819358 (3 significant digits)
+    assert shown["share of it removed"].tolist() == ["0.778", "0.819"]
+
+
+def test_path_table_checks_its_arguments():
+    frame = pd.DataFrame({"theta": [0.0], "MSE": [0.1]})
+    with pytest.raises(ValueError, match="columns"):
+        hd.path_table(frame, ["theta", "HDI"])
+    with pytest.raises(ValueError, match="zero_mse"):
+        hd.path_table(frame, ["theta", "MSE"], zero_mse=-1.0)
+
+
+def test_accuracy_and_orthogonal_tables_show_every_value():
+    errors = pd.DataFrame(
+        {"t": [1e-4, 1e-9], "principal_angles": [3.14e-13, 0.0], "arccos": [2.2e-8, 1.0], "scipy": [1e-12, 5.54e-9]}
+    ).set_index("t")
+    shown = _plain(hd.accuracy_table(errors))
+    assert shown.index.tolist() == ["1e-04", "1e-09"] and shown.index.name == "t"
+    assert shown.iloc[:, 1].tolist() == ["2.2e-08", "1.0e+00"] and shown.iloc[1, 2] == "5.5e-09"
+    orth = pd.DataFrame(
+        {
+            "signal in": ["one head", "no head"],
+            "MSE (uniform)": [0.66512, 1.0371],
+            "SE (uniform)": [0.0012, 0.0031],
+            "MSE (least squares)": [0.10413, 1.0152],
+            "SE (least squares)": [0.0015, 0.0044],
+            "bound (any weights)": [0.0, 1.0199],
+        }
+    ).set_index("signal in")
+    table = _plain(hd.orthogonal_table(orth))
+    assert list(table.columns) == ["MSE (uniform)", "MSE (least squares)", "bound (any weights)"]
+    assert table.loc["no head"].tolist() == ["1.0371 ± 0.0031", "1.0152 ± 0.0044", "1.020"]

@@ -664,9 +664,9 @@ def test_finding_evidence_verdict_and_tables(study):
     q_num = sw.quality_numbers(study, ev)
     assert set(q_num.mc) == {"quality_e1_pct", "quality_eq_e1_pct", "quality_nest_e2_worst_pct"}
     table = sw.cases_table(readings)
-    assert list(table.columns[:4]) == ["reading", "case", "holds", "inside"] and len(table) == sum(
-        len(r.cases) for r in readings
-    )
+    assert list(table.columns[:4]) == ["reading", "case", "holds", "inside the paper's conditions"] and len(
+        table
+    ) == sum(len(r.cases) for r in readings)
     # a case whose estimators all fail the zero predictor lies outside the conditions
 
     failing = Case("x", False, {**readings[0].cases[0].attributes, "estimator": "fails"})
@@ -770,3 +770,53 @@ def test_quality_batches_cover_every_setting_and_the_equal_heads_are_homogeneous
     qb = sw.quality_batches(st, generator=torch.Generator().manual_seed(11))
     spread = sw.quality_spread(qb["eq_e1"], study.relevance.fits[0.0].ranking.order)
     assert abs(spread.estimate) < 4 * spread.se  # mean zero under equal quality, within Monte Carlo error
+
+
+# --- tables for reading ---------------------------------------------------------------------------------
+
+
+def _plain(frame):
+    """Cells with the book's typesetting undone (no-break spaces, minus signs)."""
+    return frame.map(lambda c: c.replace("\u00a0", " ").replace("\u2212", "-"))
+
+
+def test_mse_table_rounds_each_estimate_by_its_se_and_names_the_settings():
+    import pandas as pd
+
+    df = pd.DataFrame(
+        {
+            "scheme": ["uniform", "Fibonacci", "uniform", "Fibonacci"],
+            "kappa": [0.0, 0.0, 0.5, 0.5],
+            "mse": [0.173214, 0.184789, 0.39211, 0.27313],
+            "se": [0.00042, 0.0011, 0.0023, 0.00018],
+        }
+    )
+    shown = _plain(sw.mse_table(df))
+    assert list(shown.columns) == ["κ = 0", "κ = 0.5"] and list(shown.index) == ["uniform", "Fibonacci"]
+    # two significant digits of the SE fix the decimals: 0.00042 -> 5, 0.0011 -> 4, 0.0023 -> 4, 0.00018 -> 5
+    assert shown.loc["uniform"].tolist() == ["0.17321 ± 0.00042", "0.3921 ± 0.0023"]
+    assert shown.loc["Fibonacci"].tolist() == ["0.1848 ± 0.0011", "0.27313 ± 0.00018"]
+    heads = pd.DataFrame({"d": [1, 1, 2, 2], "n": [256, 1024] * 2, "mse": [0.05, 0.02, 0.1, 0.06], "se": [0.01] * 4})
+    by_n = _plain(sw.mse_table(heads, by="n", index="d"))
+    assert list(by_n.columns) == ["n = 256", "n = 1024"] and by_n.index.name == "head dimension d_h"
+    assert by_n.loc[2, "n = 1024"] == "0.060 ± 0.010"
+
+
+def test_chapter_tables_are_the_book_style(study):
+    summary = _plain(sw.summary_table(study))
+    s, df = study.settings, study.relevance.table
+    u_mse = sw.cell(df, s.k1, "uniform", "mse")
+    gain, gain_se = (100 * sw.cell(df, s.k1, "Fibonacci", c) / u_mse for c in ("diff", "diff_se"))
+    decimals = max(0, 1 - math.floor(math.log10(gain_se)))  # two significant digits of the SE
+    expected = f"{round(gain, decimals) + 0.0:.{decimals}f} ± {gain_se:.{decimals}f}"
+    assert summary.loc["Fibonacci", f"exp. 1, κ = {s.k1:g}"] == expected
+    validation = _plain(sw.validation_table(study.validation))
+    assert validation.columns[0] == "setting" and validation["setting"].iloc[0] == f"exp. 1, κ = {s.k0:g}"
+    assert "Kendall τ" in validation.columns and "fits" in validation.columns
+    rates = sw.rate_table(study)
+    assert rates.iloc[-1, -1] == "–" and rates.iloc[0, 0] == "1"  # the last head has no next; d_h = 1
+    assert rates["rate 4/(d_h + 4)"].tolist() == ["0.800", "0.667", "0.571"]  # 4/5, 4/6, 4/7
+    zero = sw.zero_predictor_table(study.attention)
+    assert list(zero.index[-2:]) == ["zero predictor (MSE)", "temperature τ (tuning batch)"]
+    assert zero.iloc[-2, 0] == f"{study.attention.table.zero_mse.iloc[0]:.4f}"
+    assert "% removed" in zero.iloc[0, 0] and list(zero.columns) == [f"κ = {k:g}" for k in s.kappas]
