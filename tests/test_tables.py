@@ -109,3 +109,13 @@ def test_a_float_index_keeps_its_name():
     frame = pd.DataFrame({"mse": [1.0, 2.0]}, index=pd.Index([0.25, 0.5], name="theta"))
     shown = table(frame)
     assert shown.index.name == "θ" and list(shown.index) == ["0.25", "0.5"]
+
+
+def test_headers_may_name_the_index():
+    frame = pd.DataFrame({"mse": [1.0]}, index=pd.Index(["x"], name="setting"))
+    assert table(frame, headers={"setting": "target and kernel"}).index.name == "target and kernel"
+
+
+def test_a_rounding_level_error_is_no_error():
+    frame = pd.DataFrame({"c": [0.0, 0.25], "c SE": [8e-17, 0.01]})
+    assert plain(table(frame, index=False))["c"].tolist() == ["0", "0.250 ± 0.010"]

@@ -541,7 +541,8 @@ def with_se(value: float, se: float, *, digits: int = 2) -> str:
     Parameters
     ----------
     value, se : float
-        The estimate and its standard error (``se`` ≥ 0; 0 or NaN prints the value to 4 significant digits).
+        The estimate and its standard error (``se`` ≥ 0). An error of 0, NaN or at rounding level
+        (below 1e-12 of max(|value|, 1)) prints the value alone, to 4 significant digits.
     digits : int, default 2
         Significant digits of the standard error.
 
@@ -565,7 +566,7 @@ def with_se(value: float, se: float, *, digits: int = 2) -> str:
         raise ValueError(f"digits must be a positive int, got {digits!r}")
     if not math.isfinite(value):
         return str(value)
-    if not math.isfinite(se) or se <= 0:
+    if not math.isfinite(se) or se <= 1e-12 * max(abs(value), 1.0):  # none, or at rounding level
         return f"{value if value else 0.0:.4g}"  # -0.0 prints as 0
     decimals = max(0, digits - 1 - math.floor(math.log10(se)))
     shown = round(value, decimals)

@@ -67,8 +67,8 @@ _SYMBOL = re.compile(r"^[A-Za-z]_[A-Za-z0-9]{1,2}$")
 def header(name: object) -> str:
     """A column header in words: ``"bias_sq"`` → ``"bias²"``, ``"mse_validation"`` → ``"MSE validation"``.
 
-    Headers that are already words (they contain a space and no underscore) are kept; ``^2``
-    becomes ``²`` everywhere.
+    Headers that are already words (they contain a space, as in ``"d_k = 1"``) and subscripted
+    symbols (``d_h``, ``W_O``) are kept; ``^2`` becomes ``²`` everywhere.
 
     Examples
     --------
@@ -79,7 +79,7 @@ def header(name: object) -> str:
     if text in _HEADERS:
         return _HEADERS[text]
     text = text.replace("^2", "²")
-    if "_" in text and not _SYMBOL.match(text):
+    if "_" in text and " " not in text and not _SYMBOL.match(text):
         words = [_TOKENS.get(token.lower(), token) for token in text.split("_") if token]
         text = " ".join(words).replace(" ²", "²")
     return text
@@ -141,7 +141,8 @@ def table(
         notation. Integers stay integers and booleans read ``yes``/``no``.
     headers : mapping of str to str, optional
         Explicit headers (applied after the pairing, to the original column names); every other
-        header goes through :func:`header`. The index names are translated the same way.
+        header goes through :func:`header`. The index names are translated the same way (and
+        ``headers`` may name them too).
     index : bool, default True
         Whether the index carries information; ``False`` drops a default range index.
 
@@ -224,7 +225,9 @@ def table(
     if not index:
         shown = shown.reset_index(drop=True)
     else:
-        shown.index = shown.index.set_names([None if n is None else header(n) for n in shown.index.names])
+        shown.index = shown.index.set_names(
+            [None if n is None else (headers or {}).get(str(n), header(n)) for n in shown.index.names]
+        )
         if isinstance(shown.index, pd.MultiIndex) or not types.is_float_dtype(shown.index):
             return shown
         shown.index = pd.Index([_cell(v, digits) for v in shown.index], name=shown.index.name)
