@@ -165,10 +165,12 @@ def environment(
 
 
 def environment_table(env: Mapping[str, str]) -> pd.DataFrame:
-    """:func:`environment` as a one-column table (``value``), indexed by the fields."""
+    """:func:`environment` as a one-column table (``value``), indexed by the fields, in the book's table style."""
     import pandas as pd
 
-    return pd.DataFrame({"value": dict(env)}).rename_axis("")
+    from .tables import table
+
+    return table(pd.DataFrame({"value": dict(env)}))
 
 
 def timings(path: str | Path) -> pd.DataFrame:

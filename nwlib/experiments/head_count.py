@@ -108,6 +108,12 @@ __all__ = [
     "comparison_head_dims",
     "divisor_head_dims",
     "floor_table",
+    "format_attention_best",
+    "format_best_summary",
+    "format_best_table",
+    "format_census",
+    "format_floor_table",
+    "format_mse_table",
     "growth_fit",
     "head_count_census",
     "head_count_grid",
@@ -1917,3 +1923,196 @@ def architecture_fits(arch: pd.DataFrame, *, bootstrap: int = 2000, seed: int = 
         kv_heads=fits["n_kv_heads"],
         share_64_128=float(arch.d_head.isin([64, 128]).mean()),
     )
+
+
+# --- the chapter's tables, for reading (nwlib.book.table) -----------------------------------------
+
+_COMBINATION_WORDS = {"sum": "added (output weights)", "mean": "averaged (1/H)"}
+_WEIGHT_WORDS = {"fitted": "fitted", "uniform": "average (1/H)"}
+
+
+def _require_columns(frame: object, name: str, columns: Sequence[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"{name} must be a pandas DataFrame, got {type(frame).__name__}")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{name} lacks the column(s) {missing}")
+    return frame
+
+
+def format_floor_table(floors: pd.DataFrame) -> pd.DataFrame:
+    """:func:`floor_table` for reading: one column per target and combination, three significant digits.
+
+    Floors below 1e-12 in absolute value (an exact 0 up to rounding: the additive target added up by
+    output weights) are shown as 0.
+
+    Parameters
+    ----------
+    floors : pandas.DataFrame
+        From :func:`floor_table`.
+
+    Returns
+    -------
+    pandas.DataFrame of str
+        Index: the head dimension; columns ``"<target>: added (output weights)"`` and
+        ``"<target>: averaged (1/H)"``.
+    """
+    import pandas as pd
+
+    from ..book import table
+
+    if not isinstance(floors, pd.DataFrame) or floors.columns.nlevels != 2:
+        raise TypeError("floors must be the DataFrame of floor_table (columns (target, combination))")
+    shown = floors.where(floors.abs() > 1e-12, 0.0)
+    shown.columns = [f"{t}: {_COMBINATION_WORDS[c]}" for t, c in floors.columns]
+    return table(shown.rename_axis("head_dim"))
+
+
+def format_mse_table(sweep_table: pd.DataFrame) -> pd.DataFrame:
+    """The sweep's test MSE ± SE, one row per (target, kernel, output weights, n), one column per d_k.
+
+    Parameters
+    ----------
+    sweep_table : pandas.DataFrame
+        :attr:`HeadCountSweep.table`.
+
+    Returns
+    -------
+    pandas.DataFrame of str
+        Columns ``"d_k = k"`` for every head dimension, cells ``"MSE ± SE"`` (:func:`nwlib.book.with_se`).
+    """
+    import pandas as pd
+
+    from ..book import table
+
+    frame = _require_columns(sweep_table, "sweep_table", ("target", "kernel", "output_weights", "n", "head_dim"))
+    frame = frame.assign(kernel=frame.kernel.map(KERNEL_NAMES), output_weights=frame.output_weights.map(_WEIGHT_WORDS))
+    index = ["target", "kernel", "output_weights", "n"]
+    wide = frame.pivot_table(index=index, columns="head_dim", values=["mse", "se"], sort=False)
+    dims = sorted(frame.head_dim.unique())
+    columns = {}
+    for k in dims:
+        columns[f"d_k = {k}"] = wide[("mse", k)]
+        columns[f"d_k = {k} SE"] = wide[("se", k)]
+    return table(pd.DataFrame(columns, index=wide.index), headers={c: c for c in columns})
+
+
+def format_best_table(best: pd.DataFrame) -> pd.DataFrame:
+    """The best head dimension :math:`d_k^*` of every (target, kernel, output weights), one column per n.
+
+    Parameters
+    ----------
+    best : pandas.DataFrame
+        From :func:`best_head_dims`.
+
+    Returns
+    -------
+    pandas.DataFrame of str
+        Columns ``"n = <n>"``, ascending.
+    """
+    from ..book import table
+
+    frame = _require_columns(best, "best", ("target", "kernel", "output_weights", "n", "best_head_dim"))
+    frame = frame.assign(kernel=frame.kernel.map(KERNEL_NAMES), output_weights=frame.output_weights.map(_WEIGHT_WORDS))
+    wide = frame.pivot(index=["target", "kernel", "output_weights"], columns="n", values="best_head_dim")
+    wide = wide.reindex(frame[["target", "kernel", "output_weights"]].drop_duplicates().itertuples(index=False))
+    wide.columns = [f"n = {n}" for n in wide.columns]
+    return table(wide.astype(int).rename_axis(["target", "kernel", "output weights"]))
+
+
+def format_best_summary(summary: pd.DataFrame) -> pd.DataFrame:
+    """:func:`best_summary` for reading: :math:`d_k^*` at the largest n, its bootstrap support and interval.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        From :func:`best_summary`.
+
+    Returns
+    -------
+    pandas.DataFrame of str, indexed like ``summary`` (output weights in words).
+    """
+    from ..book import table
+
+    frame = _require_columns(summary, "summary", ("best_head_dim", "support", "interval", "best_head_dim_nmin"))
+    index = [(t, _WEIGHT_WORDS.get(w, w)) for t, w in frame.index]
+    headers = {
+        "best_head_dim": "d_k* (largest n)",
+        "support": "bootstrap support (%)",
+        "interval": "95% bootstrap interval",
+        "best_head_dim_nmin": "d_k* (smallest n)",
+    }
+    shown = frame.set_axis(frame.index.from_tuples(index, names=["target", "output weights"]), axis=0)
+    return table(shown, headers=headers)
+
+
+def format_census(census: pd.DataFrame) -> pd.DataFrame:
+    """:func:`head_count_census` for reading: the paired difference ± SE and whether Holm marks it.
+
+    Parameters
+    ----------
+    census : pandas.DataFrame
+        From :func:`head_count_census`.
+
+    Returns
+    -------
+    pandas.DataFrame of str
+        Index (target, kernel, output weights); columns the difference (d_k = 1 minus d_k = D) and
+        ``significant (Holm)``.
+    """
+    from ..book import table
+
+    columns = ("target", "kernel", "output_weights", "small_minus_large", "se", "significant")
+    frame = _require_columns(census, "census", columns)
+    frame = frame.assign(kernel=frame.kernel.map(KERNEL_NAMES), output_weights=frame.output_weights.map(_WEIGHT_WORDS))
+    frame = frame.set_index(["target", "kernel", "output_weights"]).rename_axis(["target", "kernel", "output weights"])
+    headers = {
+        "small_minus_large": "MSE of D heads of dim. 1 minus one head (paired)",
+        "significant": "significant (Holm)",
+    }
+    return table(frame, se={"small_minus_large": "se"}, headers=headers)
+
+
+def format_attention_best(best: pd.DataFrame) -> pd.DataFrame:
+    """Attention's best configuration per (kernel, target, n) beside the zero predictor's error.
+
+    Parameters
+    ----------
+    best : pandas.DataFrame
+        Rows of :attr:`HeadCountSweep.table` (the notebook's best row per kernel, target and n), with a
+        column ``removed_pct`` (the share of the zero predictor's error removed, in %).
+
+    Returns
+    -------
+    pandas.DataFrame of str
+        Index (kernel, target, n); columns output weights, d_k, τ (``–`` where the kernel has none),
+        ``MSE ± SE``, the zero predictor's MSE and the share removed.
+    """
+    import pandas as pd
+
+    from ..book import table
+
+    columns = ("kernel", "target", "n", "output_weights", "head_dim", "temperature", "mse", "se", "mse_zero")
+    frame = _require_columns(best, "best", (*columns, "removed_pct"))
+    index = pd.MultiIndex.from_arrays(
+        [frame.kernel.map(KERNEL_NAMES), frame.target, frame.n], names=["kernel", "target", "n"]
+    )
+    shown = table(
+        pd.DataFrame(
+            {
+                "output weights": frame.output_weights.map(_WEIGHT_WORDS).to_numpy(),
+                "head_dim": frame.head_dim.astype(int).to_numpy(),
+                "MSE": frame.mse.to_numpy(),
+                "MSE SE": frame.se.to_numpy(),
+                "zero predictor's MSE": frame.mse_zero.to_numpy(),
+                "share removed (%)": frame.removed_pct.to_numpy(),
+            },
+            index=index,
+        ),
+        headers={"head_dim": "d_k"},
+    )
+    taus = ["–" if pd.isna(t) else f"{float(t):g}" for t in frame.temperature]
+    shown.insert(2, "τ", taus)
+    return shown

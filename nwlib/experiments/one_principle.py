@@ -107,6 +107,8 @@ __all__ = [
     "dot_product_projections",
     "ensemble_batch",
     "format_floor_table",
+    "format_heads_table",
+    "format_law_detail_table",
     "format_law_table",
     "format_mse_table",
     "format_temperature_table",
@@ -121,7 +123,6 @@ __all__ = [
     "nested_heads_check",
     "one_principle_experiment",
     "per_replicate_mse",
-    "plus_minus",
     "rho_variance_contrasts",
     "rsm_target_fraction",
     "run_ensembles",
@@ -1499,19 +1500,10 @@ def chapter_numbers(result: OnePrincipleResult) -> ChapterNumbers:
     return ChapterNumbers(est, counts, info)
 
 
-def plus_minus(value: float, se: float, digits: int = 4) -> str:
-    """``"value ± se"`` with ``digits`` decimals.
-
-    Examples
-    --------
-    >>> plus_minus(0.12345, 0.0067), plus_minus(0.5, 0.25, 1)
-    ('0.1235 ± 0.0067', '0.5 ± 0.2')
-    """
-    return f"{value:.{digits}f} ± {se:.{digits}f}"
-
-
 def format_law_table(summary: pd.DataFrame, num_counts: int) -> pd.DataFrame:
     """The chapter's law table: ρ (batch A and B), σ², largest |z| and deviation, significant deviations.
+
+    Estimates and their jackknife standard errors share a cell (:func:`nwlib.book.table`).
 
     Parameters
     ----------
@@ -1526,22 +1518,83 @@ def format_law_table(summary: pd.DataFrame, num_counts: int) -> pd.DataFrame:
     """
     import pandas as pd
 
-    rows = list(summary.itertuples())
-    return pd.DataFrame(
+    from ..book import table
+
+    frame = pd.DataFrame(
         {
-            "ρ (batch A)": [plus_minus(r.rho_a, r.rho_a_se, 3) for r in rows],
-            "ρ (batch B)": [plus_minus(r.rho_b, r.rho_b_se, 3) for r in rows],
-            "σ² (batch A)": [plus_minus(r.sigma2, r.sigma2_se) for r in rows],
-            "largest |z| over b": [f"{r.max_abs_z:.2f}" for r in rows],
-            "largest |deviation|": [f"{100 * r.max_rel_dev:.0f}%" for r in rows],
-            "significant (Holm)": [f"{r.significant} of {num_counts}" for r in rows],
+            "ρ (batch A)": summary.rho_a,
+            "ρ (batch A) SE": summary.rho_a_se,
+            "ρ (batch B)": summary.rho_b,
+            "ρ (batch B) SE": summary.rho_b_se,
+            "σ² (batch A)": summary.sigma2,
+            "σ² (batch A) SE": summary.sigma2_se,
+            "largest |z| over b": summary.max_abs_z,
+            "largest |deviation| (%)": 100 * summary.max_rel_dev,
+            "significant (Holm)": [f"{k} of {num_counts}" for k in summary.significant],
         },
         index=summary.index,
     )
+    return table(frame)
+
+
+def format_law_detail_table(law: pd.DataFrame) -> pd.DataFrame:
+    """Every row of :attr:`LawTables.law`: measured and predicted variance, the relative deviation, its z.
+
+    Parameters
+    ----------
+    law : DataFrame
+        :attr:`LawTables.law`.
+
+    Returns
+    -------
+    DataFrame of str, indexed by (task, ensemble, b).
+    """
+    import pandas as pd
+
+    from ..book import table
+
+    frame = pd.DataFrame(
+        {
+            "measured (batch B)": law.measured.to_numpy(),
+            "measured SE": law.measured_se.to_numpy(),
+            "predicted (batch A)": law.predicted.to_numpy(),
+            "predicted SE": law.predicted_se.to_numpy(),
+            "measured / predicted − 1": law.rel.to_numpy(),
+            "relative SE": law.rel_se.to_numpy(),
+            "z": law.z.to_numpy(),
+            "significant (Holm)": law.significant.to_numpy(dtype=bool),
+        },
+        index=pd.MultiIndex.from_frame(law[["task", "ensemble", "b"]]),
+    )
+    se = {"measured (batch B)": "measured SE", "predicted (batch A)": "predicted SE"}
+    return table(frame, se=se | {"measured / predicted − 1": "relative SE"})
+
+
+def format_heads_table(heads: HeadsCheck) -> pd.DataFrame:
+    """The nested heads' largest |z| per draw of the projections (rows) and task (columns).
+
+    Parameters
+    ----------
+    heads : HeadsCheck
+        :func:`nested_heads_check`.
+
+    Returns
+    -------
+    DataFrame of str, indexed by draw.
+    """
+    from ..book import table
+
+    if not isinstance(heads, HeadsCheck):
+        raise TypeError(f"heads must be a HeadsCheck (from nested_heads_check), got {type(heads).__name__}")
+    tasks = list(dict.fromkeys(heads.pairs.task))  # the experiment's order, not the pivot's
+    frame = heads.table[tasks].rename(columns=lambda task: f"largest |z|, task {task!r}")
+    return table(frame.rename_axis(index="draw", columns=None))
 
 
 def format_terms_table(terms: pd.DataFrame, member_counts: Sequence[int]) -> pd.DataFrame:
     """The decomposition's terms (value ± SE) for the given member counts, indexed by (task, ensemble, b).
+
+    A covariance of 0 up to rounding (one member: no pairs) is shown as ``0``.
 
     Parameters
     ----------
@@ -1556,35 +1609,41 @@ def format_terms_table(terms: pd.DataFrame, member_counts: Sequence[int]) -> pd.
     """
     import pandas as pd
 
+    from ..book import table
+
     shown = terms[terms.b.isin(list(member_counts))]
-    rows = list(shown.itertuples())
-    return pd.DataFrame(
-        {
-            "bias²": [plus_minus(r.bias_sq, r.bias_sq_se) for r in rows],
-            "variance": [plus_minus(r.variance, r.variance_se) for r in rows],
-            "covariance": [plus_minus(r.covariance, r.covariance_se) for r in rows],
-            "MSE": [plus_minus(r.mse, r.mse_se) for r in rows],
-        },
-        index=pd.MultiIndex.from_frame(shown[["task", "ensemble", "b"]]),
-    )
+    columns = ["bias_sq", "bias_sq_se", "variance", "variance_se", "covariance", "covariance_se", "mse", "mse_se"]
+    frame = shown[columns].set_axis(pd.MultiIndex.from_frame(shown[["task", "ensemble", "b"]]), axis=0)
+    # one member has no pairs: its covariance is 0 up to rounding, shown as 0 rather than to twenty decimals
+    exact_zero = (frame.covariance.abs() < 1e-12) & (frame.covariance_se < 1e-12)
+    frame.loc[exact_zero, ["covariance", "covariance_se"]] = 0.0
+    return table(frame, headers={"mse": "MSE"})
 
 
 def format_mse_table(result: OnePrincipleResult) -> pd.DataFrame:
     """MSE at the largest ensemble (± SE) beside the zero predictor's; paired differences to forest and bagged NW."""
     import pandas as pd
 
+    from ..book import table
+
     terms, zero = result.terms, result.zero_mse
     mse = terms[terms.b == result.config.max_members].set_index(["task", "ensemble"])[["mse", "mse_se"]]
-    return pd.DataFrame(
+    to_forest = [result.mse_difference(t, e, "random forest") for t, e in mse.index]
+    to_bagged = [result.mse_difference(t, e, "bagged NW") for t, e in mse.index]
+    frame = pd.DataFrame(
         {
-            "MSE": [plus_minus(r.mse, r.mse_se) for r in mse.itertuples()],
-            "zero predictor's MSE (mean f²)": [f"{zero[t]:.4f}" for t, _ in mse.index],
-            "share of it removed": [f"{1 - r.mse / zero[r.Index[0]]:.1%}" for r in mse.itertuples()],
-            "minus forest (paired)": [plus_minus(*result.mse_difference(t, e, "random forest")) for t, e in mse.index],
-            "minus bagged NW (paired)": [plus_minus(*result.mse_difference(t, e, "bagged NW")) for t, e in mse.index],
+            "MSE": mse.mse,
+            "MSE SE": mse.mse_se,
+            "zero predictor's MSE (mean f²)": [zero[t] for t, _ in mse.index],
+            "share of it removed (%)": [100 * (1 - r.mse / zero[r.Index[0]]) for r in mse.itertuples()],
+            "minus forest (paired)": [c.estimate for c in to_forest],
+            "minus forest (paired) SE": [c.se for c in to_forest],
+            "minus bagged NW (paired)": [c.estimate for c in to_bagged],
+            "minus bagged NW (paired) SE": [c.se for c in to_bagged],
         },
         index=mse.index,
     )
+    return table(frame)
 
 
 def format_temperature_table(result: OnePrincipleResult) -> pd.DataFrame:
@@ -1600,15 +1659,20 @@ def format_temperature_table(result: OnePrincipleResult) -> pd.DataFrame:
     """
     import pandas as pd
 
+    from ..book import table
+
     if not isinstance(result, OnePrincipleResult):
         raise TypeError(f"result must be a OnePrincipleResult, got {type(result).__name__}")
     rows = {}
     for name, run in result.runs.items():
-        row = {f"τ = {tau:g}": f"{mse:.4f}" for tau, mse in run.validation.items()}
-        row["chosen τ"] = f"{run.temperature:g}"
-        row["zero predictor (mean f²)"] = f"{result.zero_mse[name]:.4f}"
+        row: dict[str, float] = {f"τ = {tau:g}": mse for tau, mse in run.validation.items()}
+        row["chosen τ"] = run.temperature
+        row["zero predictor (mean f²)"] = result.zero_mse[name]
         rows[name] = row
-    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("validation MSE of the heads' average")
+    frame = pd.DataFrame.from_dict(rows, orient="index").rename_axis("validation MSE of the heads' average")
+    shown = table(frame.drop(columns="chosen τ"), digits=4)  # close values: the curve over τ is flat
+    shown.insert(len(shown.columns) - 1, "chosen τ", [f"{tau:g}" for tau in frame["chosen τ"]])
+    return shown
 
 
 def format_floor_table(floor: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
@@ -1627,18 +1691,20 @@ def format_floor_table(floor: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFra
     """
     import pandas as pd
 
-    rho_total = summary.rho_b.reindex(floor.index)
-    return pd.DataFrame(
+    from ..book import table
+
+    frame = pd.DataFrame(
         {
-            "member noise variance σ²‖wᵇ‖²": floor.member.map("{:.4f}".format),
-            "ρ noise part": floor.rho_noise.map("{:.3f}".format),
-            "ρ total (batch B)": rho_total.map("{:.3f}".format),
-            "noise part of the average σ²‖w̄‖²": floor.floor.map("{:.4f}".format),
-            "mean noise covariance (b → ∞)": floor.floor_inf.map("{:.4f}".format),
-            "min over points of n‖w̄‖²": floor.n_floor_min.map("{:.2f}".format),
+            "member noise variance σ²‖wᵇ‖²": floor.member,
+            "ρ noise part": floor.rho_noise,
+            "ρ total (batch B)": summary.rho_b.reindex(floor.index),
+            "noise part of the average σ²‖w̄‖²": floor.floor,
+            "mean noise covariance (b → ∞)": floor.floor_inf,
+            "min over points of n‖w̄‖²": floor.n_floor_min,
         },
         index=floor.index,
     )
+    return table(frame)
 
 
 # --- argument checks ------------------------------------------------------------------------

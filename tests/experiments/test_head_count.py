@@ -32,6 +32,12 @@ from nwlib.experiments.head_count import (
     divisor_head_dims,
     dot_product_effective_size,
     floor_table,
+    format_attention_best,
+    format_best_summary,
+    format_best_table,
+    format_census,
+    format_floor_table,
+    format_mse_table,
     growth_fit,
     head_count_census,
     head_count_grid,
@@ -594,6 +600,84 @@ def test_census_finds_a_planted_difference():
     census = head_count_census(collect_sweep(points, results))
     row = census[(census.target == "local") & (census.kernel == "gaussian") & (census.output_weights == "fitted")]
     assert row.small_minus_large.item() == pytest.approx(-5.0) and bool(row.significant.item())
+
+
+# --- the tables for reading ------------------------------------------------------------------------
+
+
+def _number(cell: str) -> float:
+    return float(cell.replace("\u2212", "-"))  # the book's tables typeset a minus sign for the hyphen
+
+
+def _rounds(cell: str, value: float) -> None:
+    """``cell`` shows ``value`` rounded to the cell's own decimal places."""
+    decimals = len(cell.partition(".")[2])
+    assert abs(_number(cell) - value) <= 0.5 * 10.0**-decimals * (1 + 1e-9), (cell, value)
+
+
+def _shows(cell: str, value: float, se: float) -> None:
+    """``cell`` reads "estimate ± SE", the SE to two significant digits and the estimate to the same place."""
+    est, err = cell.replace("\u00a0", " ").split(" ± ")
+    _rounds(est, value)
+    _rounds(err, se)
+    assert len(err.partition(".")[2]) == len(est.partition(".")[2])
+    assert 10 <= round(_number(err) * 10 ** len(err.partition(".")[2])) <= 100, cell  # two significant digits
+
+
+def test_format_floor_table_against_the_closed_forms():
+    shown = format_floor_table(floor_table(12))
+    assert shown.index.tolist() == ["1", "2", "3", "4", "6", "12"] or shown.index.tolist() == [1, 2, 3, 4, 6, 12]
+    assert len(shown.columns) == 6 and shown.columns[0] == "additive: added (output weights)"
+    assert set(shown["additive: added (output weights)"]) == {"0"}  # an exact 0 up to rounding
+    for position, k in enumerate([1, 2, 3, 4, 6, 12]):
+        _rounds(shown["additive: averaged (1/H)"].iloc[position], S2 * (1 - k / 12) ** 2)
+        _rounds(shown["local: added (output weights)"].iloc[position], 0.0 if k == 12 else 2 * S2**2 / k)
+    with pytest.raises(TypeError, match="floors"):
+        format_floor_table(floor_table(12).droplevel(1, axis=1))
+
+
+def test_format_mse_and_best_tables(fake_sweep):
+    table = fake_sweep.table
+    shown = format_mse_table(table)
+    assert list(shown.columns) == [f"d_k = {k}" for k in fake_sweep.head_dims]
+    assert len(shown) == len(table) // len(fake_sweep.head_dims)
+    row = table[(table.target == "local") & (table.kernel == "exp") & (table.n == 64) & (table.head_dim == 2)]
+    row = row[row.output_weights == "uniform"].iloc[0]
+    _shows(shown.loc[("local", KERNEL_NAMES["exp"], "average (1/H)", 64), "d_k = 2"], row.mse, row.se)
+    best = best_head_dims(fake_sweep, bootstrap=50, seed=1)
+    wide = format_best_table(best)
+    assert list(wide.columns) == ["n = 32", "n = 64"] and len(wide) == 18
+    at = best_at(best, "global", "cosine", "fitted")
+    assert wide.loc[("global", KERNEL_NAMES["cosine"], "fitted")].tolist() == [str(k) for k in at.best_head_dim]
+    summary = format_best_summary(best_summary(best, kernel="exp"))
+    raw = best_summary(best, kernel="exp").loc[("local", "uniform")]
+    shown_row = summary.loc[("local", "average (1/H)")]
+    assert (
+        shown_row["d_k* (largest n)"] == str(raw.best_head_dim) and shown_row["95% bootstrap interval"] == raw.interval
+    )
+    _rounds(shown_row["bootstrap support (%)"], raw.support)
+    with pytest.raises(ValueError, match="best_head_dim"):
+        format_best_table(best.drop(columns="best_head_dim"))
+
+
+def test_format_census_and_attention_best(fake_sweep):
+    census = head_count_census(fake_sweep)
+    shown = format_census(census)
+    assert len(shown) == 18 and list(shown.columns)[-1] == "significant (Holm)"
+    for r, (_, cells) in zip(census.itertuples(), shown.iterrows(), strict=True):
+        _shows(cells.iloc[0], r.small_minus_large, r.se)
+        assert cells.iloc[1] == ("yes" if r.significant else "no")
+    table = fake_sweep.table.assign(temperature=lambda t: np.where(t.kernel == "cosine", 0.3, np.nan))
+    attn = table[table.kernel.isin(["exp", "cosine"])].assign(removed_pct=lambda t: 100 * (1 - t.mse / t.mse_zero))
+    best = attn.loc[attn.groupby(["kernel", "target", "n"]).mse.idxmin()]
+    shown = format_attention_best(best)
+    assert list(shown.columns) == ["output weights", "d_k", "τ", "MSE", "zero predictor's MSE", "share removed (%)"]
+    first = best.iloc[0]
+    assert shown.iloc[0]["τ"] == ("0.3" if first.kernel == "cosine" else "–")
+    _shows(shown.iloc[0]["MSE"], first.mse, first.se)
+    assert set(shown.xs(KERNEL_NAMES["exp"], level="kernel")["τ"]) == {"–"}
+    with pytest.raises(ValueError, match="removed_pct"):
+        format_attention_best(best.drop(columns="removed_pct"))
 
 
 def test_nearest_head_dim_by_brute_force():

@@ -36,6 +36,8 @@ from nwlib.experiments.one_principle import (
     dot_product_projections,
     ensemble_batch,
     format_floor_table,
+    format_heads_table,
+    format_law_detail_table,
     format_law_table,
     format_mse_table,
     format_temperature_table,
@@ -46,7 +48,6 @@ from nwlib.experiments.one_principle import (
     member_weights,
     nested_deviations,
     one_principle_experiment,
-    plus_minus,
     rsm_target_fraction,
     run_ensembles,
     select_temperature,
@@ -71,6 +72,26 @@ def experiment() -> OnePrincipleResult:
 
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().double().numpy()
+
+
+def _number(cell: str) -> float:
+    """A table cell as a number (the book's tables typeset a minus sign, −, for the hyphen)."""
+    return float(cell.replace("\u2212", "-"))
+
+
+def _shows(cell: str, value: float, se: float) -> None:
+    """``cell`` reads "estimate ± SE": the SE to two significant digits, the estimate rounded to the same place."""
+    est, err = (part.strip().replace("\u2212", "-") for part in cell.replace("\u00a0", " ").split(" ± "))
+    decimals = len(err.partition(".")[2])
+    half = 0.5 * 10.0**-decimals * (1 + 1e-9)
+    assert abs(float(est) - value) <= half and abs(float(err) - se) <= half, (cell, value, se)
+    assert 10 <= round(float(err) * 10**decimals) <= 100, cell  # two significant digits (100: rounded up)
+
+
+def _rounds(cell: str, value: float) -> None:
+    """``cell`` is ``value`` rounded to the cell's decimal places."""
+    decimals = len(cell.partition(".")[2])
+    assert abs(_number(cell) - value) <= 0.5 * 10.0**-decimals * (1 + 1e-9), (cell, value)
 
 
 def _nw(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, bandwidth: float) -> np.ndarray:
@@ -296,7 +317,9 @@ def test_law_summary_and_law_table(experiment):
         assert math.isclose(row.rho_b, c_b / v_b, rel_tol=1e-9)
     table = format_law_table(summary, 3)
     first = next(summary.itertuples())
-    assert table.iloc[0]["ρ (batch A)"] == f"{first.rho_a:.3f} ± {first.rho_a_se:.3f}"
+    _shows(table.iloc[0]["ρ (batch A)"], first.rho_a, first.rho_a_se)
+    _shows(table.iloc[0]["σ² (batch A)"], first.sigma2, first.sigma2_se)
+    _rounds(table.iloc[0]["largest |deviation| (%)"], 100 * first.max_rel_dev)
     assert table.iloc[0]["significant (Holm)"] == f"{first.significant} of 3"
 
 
@@ -557,20 +580,48 @@ def test_chapter_numbers_cover_the_page_and_agree_with_the_tables(experiment):
 def test_table_builders(experiment):
     mse = format_mse_table(experiment)
     assert list(mse.index) == [(t, e) for t in experiment.config.tasks for e in ENSEMBLES]
-    assert mse.loc[("subspace", "random forest"), "minus forest (paired)"] == "0.0000 ± 0.0000"
+    assert mse.loc[("subspace", "random forest"), "minus forest (paired)"] == "0"  # a paired difference with itself
     zero = float((_np(experiment.runs["subspace"].target) ** 2).mean())
-    assert mse.loc[("subspace", DP_HEADS), "zero predictor's MSE (mean f²)"] == f"{zero:.4f}"
+    _rounds(mse.loc[("subspace", DP_HEADS), "zero predictor's MSE (mean f²)"], zero)
+    big = experiment.terms[experiment.terms.b == experiment.config.max_members].set_index(["task", "ensemble"])
+    row = big.loc[("interaction", "bagged NW")]
+    _shows(mse.loc[("interaction", "bagged NW"), "MSE"], row.mse, row.mse_se)
+    removed = 100 * (1 - row.mse / float((_np(experiment.runs["interaction"].target) ** 2).mean()))
+    _rounds(mse.loc[("interaction", "bagged NW"), "share of it removed (%)"], removed)
     temps = format_temperature_table(experiment)
     assert list(temps.index) == list(experiment.config.tasks)
     assert temps.loc["subspace", "chosen τ"] == f"{experiment.runs['subspace'].temperature:g}"
+    assert list(temps.columns)[-2:] == ["chosen τ", "zero predictor (mean f²)"]
+    for tau, value in experiment.runs["subspace"].validation.items():
+        _rounds(temps.loc["subspace", f"τ = {tau:g}"], value)
     floor = format_floor_table(experiment.floor.table, experiment.summary)
-    assert (
-        floor.loc[("interaction", "bagged NW"), "ρ total (batch B)"]
-        == f"{experiment.summary.rho_b[('interaction', 'bagged NW')]:.3f}"
-    )
+    rho_b = experiment.summary.rho_b[("interaction", "bagged NW")]
+    _rounds(floor.loc[("interaction", "bagged NW"), "ρ total (batch B)"], rho_b)
     terms = format_terms_table(experiment.terms, [1, 4])
     assert sorted(set(terms.index.get_level_values("b"))) == [1, 4] and len(terms) == 2 * len(ENSEMBLES) * 2
-    assert plus_minus(1.23456, 0.1) == "1.2346 ± 0.1000"
+    assert list(terms.columns) == ["bias²", "variance", "covariance", "MSE"]
+    first = experiment.terms[experiment.terms.b == 1].iloc[0]
+    _shows(terms.iloc[0]["bias²"], first.bias_sq, first.bias_sq_se)
+    _shows(terms.iloc[0]["MSE"], first.mse, first.mse_se)
+
+
+def test_law_detail_and_heads_tables(experiment):
+    law = experiment.law
+    detail = format_law_detail_table(law)
+    assert list(detail.index) == list(zip(law.task, law.ensemble, law.b, strict=True))
+    assert "measured SE" not in detail.columns and "relative SE" not in detail.columns  # paired into their cells
+    last = law.iloc[-1]
+    _shows(detail.iloc[-1]["measured (batch B)"], last.measured, last.measured_se)
+    _shows(detail.iloc[-1]["measured / predicted − 1"], last.rel, last.rel_se)
+    assert detail.iloc[-1]["significant (Holm)"] == ("yes" if last.significant else "no")
+    heads = format_heads_table(experiment.heads)
+    pairs = experiment.heads.pairs
+    assert list(heads.index) == sorted(set(pairs.draw))
+    for r in pairs.itertuples():
+        cell = heads.loc[r.draw, f"largest |z|, task {r.task!r}"]  # HeadsCheck.table holds |z| to 2 decimals
+        assert abs(_number(cell) - r.max_abs_z) <= 0.5 * 10.0 ** -len(cell.partition(".")[2]) + 0.005, cell
+    with pytest.raises(TypeError, match="heads"):
+        format_heads_table(pairs)
 
 
 # --- the whole experiment -------------------------------------------------------------------------
