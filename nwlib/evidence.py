@@ -661,7 +661,11 @@ class Findings:
             )
 
     def table(self) -> Any:
-        """The findings as a pandas DataFrame (finding, statistic, Holm p, power, decision)."""
+        """The findings as a pandas DataFrame, one row per finding.
+
+        Columns: ``finding`` (the statement: the reader's label; the finding's name is the
+        notebook's), ``statistic``, ``Holm p``, ``power``, ``asserted in`` and ``decision``.
+        """
         import pandas as pd
 
         def p_text(p: float) -> str:
@@ -677,8 +681,7 @@ class Findings:
             }
             for f in self
         ]
-        # The statement is the row's label: the reader's column; the finding's name is the notebook's.
-        return pd.DataFrame(rows, index=pd.Index([f.statement for f in self], name="finding"))
+        return pd.DataFrame([{"finding": f.statement, **row} for f, row in zip(self, rows, strict=True)])
 
     def glue(self) -> None:
         """Glue every finding's decision and the family's table.
@@ -701,10 +704,27 @@ class Findings:
         glue("findings_asserted", sum(f.asserted for f in self))
         glue("findings_reported", sum(not f.asserted for f in self))
         glue("findings_alpha", self.alpha, exact=True)
+        glue("findings_table", _FindingsTable(self.table()), display=True)
+
+
+class _FindingsTable:
+    """A findings table as the book shows it: statements as plain text in a wrapping column, and
+    the class ``nwlib-findings`` that the book's style sheet lays out as one card per finding on a
+    phone. In a notebook (text) every statement and statistic is printed unabridged."""
+
+    def __init__(self, frame: Any) -> None:
+        self.frame = frame
+
+    def _repr_html_(self) -> str:
+        html: str = self.frame.to_html(index=False, classes="nwlib-findings", border=0, escape=True)
+        return html
+
+    def __repr__(self) -> str:
         import pandas as pd
 
-        with pd.option_context("display.max_colwidth", None):  # whole statements and statistics
-            glue("findings_table", self.table(), display=True)
+        with pd.option_context("display.max_colwidth", None, "display.width", 200):
+            text: str = self.frame.to_string(index=False)
+        return text
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

@@ -564,8 +564,10 @@ def with_se(value: float, se: float, *, digits: int = 2) -> str:
     value, se = float(value), float(se)
     if not isinstance(digits, int) or digits < 1:
         raise ValueError(f"digits must be a positive int, got {digits!r}")
+    if math.isnan(value):
+        return "–"
     if not math.isfinite(value):
-        return str(value)
+        return "∞" if value > 0 else "−∞"
     if not math.isfinite(se) or se <= 1e-12 * max(abs(value), 1.0):  # none, or at rounding level
         return f"{value if value else 0.0:.4g}"  # -0.0 prints as 0
     decimals = max(0, digits - 1 - math.floor(math.log10(se)))

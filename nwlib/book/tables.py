@@ -230,7 +230,7 @@ def table(
         )
         if isinstance(shown.index, pd.MultiIndex) or not types.is_float_dtype(shown.index):
             return shown
-        shown.index = pd.Index([_cell(v, digits) for v in shown.index], name=shown.index.name)
+        shown.index = pd.Index([_typeset(_cell(v, digits)) for v in shown.index], name=shown.index.name)
     return shown
 
 
