@@ -81,6 +81,8 @@ __all__ = [
     "mha_bias_check",
     "mise_comparisons",
     "mise_study",
+    "MISE_HEADERS",
+    "format_mise_table",
     "mise_table",
     "null_space_change",
     "qk_norm_smoothing",
@@ -1519,6 +1521,47 @@ def mise_table(study: MiseStudy) -> Any:
         "cross/MISE SE": study.ses["cross_share"],
     }
     return pd.DataFrame(columns, index=pd.Index(study.bandwidths, name="h"))
+
+
+MISE_HEADERS: dict[str, str] = {
+    "noise var": "noise variance",
+    "design var": "design variance",
+    "cross/MISE": "cross term / MISE",
+}
+"""Words for the columns of :func:`mise_table` in :func:`format_mise_table`."""
+
+
+def format_mise_table(study: MiseStudy) -> Any:
+    """:func:`mise_table` for reading (:func:`nwlib.book.table`): ``estimate ± SE`` cells, headers in words.
+
+    The MISE and the cross term's share carry their standard errors; the bandwidths and the three
+    parts of the MISE span several decades, so each of their cells keeps three significant digits
+    of its own (``2.78e-07``, ``0.0297``) rather than the decimals of its column.
+
+    Parameters
+    ----------
+    study : MiseStudy
+
+    Returns
+    -------
+    pandas.DataFrame of str
+        Index ``bandwidth h`` (three significant digits); columns ``MISE``, ``bias²``,
+        ``noise variance``, ``design variance``, ``cross term / MISE``.
+
+    Raises
+    ------
+    TypeError
+        If ``study`` is not a MiseStudy.
+    """
+    import pandas as pd
+
+    from ..book import table
+
+    frame = mise_table(study)
+    parts = ["bias^2", "noise var", "design var"]
+    frame[parts] = frame[parts].astype(object)  # a cell of an object column keeps its own significant digits
+    frame.index = pd.Index([f"{h:.3g}" for h in frame.index], name="bandwidth h")  # as text: kept as it is
+    return table(frame, headers=MISE_HEADERS)
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,8 @@ __all__ = [
     "DESIGN_SEEDS",
     "FAMILIES",
     "FAMILY_KEYS",
+    "HEADERS",
+    "ROW_KEYS",
     "SHARED_FAMILIES",
     "WEIGHT_CONTRASTS",
     "AttentionDesign",
@@ -123,6 +125,11 @@ __all__ = [
     "factorisation_gap",
     "family_entries",
     "family_summary",
+    "format_pairs",
+    "format_summary",
+    "format_table",
+    "format_terms",
+    "format_weight_stats",
     "floor_comparison",
     "floor_entries",
     "gains_and_order",
@@ -2574,3 +2581,311 @@ def engine_benchmark(*, replicates: int, seed: int, device: torch.device | str =
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     return Benchmark(seconds, torch.get_num_threads(), tuple(out.shape), bool(torch.isfinite(out).all()))
+
+
+# --- the chapter's tables, for reading (nwlib.book.table) -----------------------------------------
+
+HEADERS: dict[str, str] = {
+    "setting": "family",
+    "mse": "MSE",
+    "predicted": "MSE predicted from A",
+    "ratio_gap": "variance ratio, B − predicted",
+    "bias_sq": "bias²",
+    "variance": "Σ α²V",
+    "covariance": "Σ αα′C",
+    "step": "step",
+    "diff": "gain difference (paired)",
+    "rho_measured_B": "ρ measured (B)",
+    "rho_predicted_C": "ρ predicted (C)",
+    "noise_part": "noise part",
+    "design_part": "design part",
+    "mse_ls": "MSE, output weights",
+    "mse_uniform": "MSE, average",
+    "ls_minus_uniform": "output weights − average",
+    "weight_sum": "sum of output weights",
+    "zero_mse": "zero predictor's MSE",
+    "removed": "share removed",
+    "temperature": "temperature τ",
+    "mse_validation": "MSE, one head (validation)",
+    "task": "target",
+    "combination": "combination",
+    "bandwidth": "bandwidth h (from A)",
+    "var": "variance + covariance",
+    "signal": "mean f²",
+    "full_min_over_grid": "full head, lowest MSE on the grid",
+    "contrast": "contrast",
+    "estimate": "estimate",
+    "mean_distance": "mean ‖k − q‖",
+    "mean_key_norm": "mean ‖k‖",
+    "n_eff": "n_eff",
+}
+"""Words for the column names of the chapter's tables (:func:`format_table`)."""
+
+ROW_KEYS: tuple[str, ...] = (
+    "setting",
+    "H",
+    "step",
+    "task",
+    "combination",
+    "contrast",
+    "a",
+    "b",
+    "h",
+    "kernel",
+    "temperature",
+)
+"""Columns that name a row of the chapter's tables: :func:`format_table` shows the leading ones as the index."""
+
+_ROW_KEYS = frozenset(ROW_KEYS)
+_VALUE_WORDS = {"single_index": "single index"}
+_KERNEL_WORDS = {"gauss": "Gaussian", "exp": "dot-product (exp)", "unit": "exp, keys normalised"}
+_SUMMARY_ROWS = {
+    "rho": "ρ (A)",
+    "rhoB": "ρ (B)",
+    "mse1": "MSE, H = 1",
+    "mseH": "MSE, H_max",
+    "predH": "MSE, H_max, predicted from A",
+    "gain": "gain MSE₁ − MSE_Hmax",
+    "floor": "floor b² + ρV̄",
+    "bias": "bias², H_max",
+    "var1": "variance, H = 1",
+    "cov": "Σ αα′C, H_max",
+    "lsH": "MSE, H_max, output weights",
+    "ls_diff": "output weights − average, H_max",
+    "ls_sum": "sum of output weights",
+}
+_TERM_NAMES = ("bias²", "variance", "covariance", "sum")
+
+
+def _se_pairs(frame: pd.DataFrame) -> dict[str, str]:
+    """Estimate → SE columns: ``c`` with ``c_se`` (``a_b`` with ``a_se``); a bare ``se`` with the column before it."""
+    columns = [str(c) for c in frame.columns]
+    pairs = {c: f"{c}_se" for c in columns if f"{c}_se" in columns}
+    for c in columns:  # "rho_measured_B" with "rho_measured_se": the SE of the estimate without its batch
+        stem = c.rsplit("_", 1)[0]
+        if c not in pairs and "_" in c and f"{stem}_se" in columns and f"{stem}_se" not in pairs.values():
+            pairs[c] = f"{stem}_se"
+    for i, c in enumerate(columns):
+        if c == "se" and i > 0:
+            pairs[columns[i - 1]] = c
+    return pairs
+
+
+def _at_rounding(frame: pd.DataFrame, pairs: Mapping[str, str], rounding: float) -> pd.DataFrame:
+    """Pairs whose SE is at rounding level (≤ ``rounding``) lose the SE, and their estimate too where it is 0."""
+    frame = frame.copy()
+    for est, err in pairs.items():
+        tiny = frame[err].abs() <= rounding
+        frame[est] = frame[est].astype(float).mask(tiny & (frame[est].abs() <= rounding), 0.0)
+        frame[err] = frame[err].astype(float).mask(tiny, math.nan)
+    return frame
+
+
+def _no_nan(shown: pd.DataFrame) -> pd.DataFrame:
+    return shown.replace("nan", "–")
+
+
+def format_table(
+    frame: pd.DataFrame,
+    *,
+    columns: Sequence[str] | None = None,
+    se: Mapping[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
+    rounding: float = 0.0,
+    digits: int = 3,
+    index: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """One of the chapter's tables for reading: :func:`nwlib.book.table` with the chapter's words.
+
+    Every estimate column ``c`` with an SE column (``c_se``, or a bare ``se`` right after it, or as
+    ``se`` says) is shown as ``estimate ± SE``; an SE at rounding level (≤ ``rounding``: identical
+    heads, a value fixed by construction) is left out and such an estimate that is 0 to rounding
+    shows as 0; a missing estimate (NaN) as "–". Headers come from :data:`HEADERS` (then ``headers``),
+    and library task names read as words.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Any of the chapter's tables (:attr:`LawCheck.table`, :meth:`Gains.step_table`, ...).
+    columns : sequence of str, optional
+        The estimate columns to show, in order (their SE columns come along); default all.
+    se : mapping of str to str, optional
+        Estimate → SE columns, replacing the automatic pairing.
+    headers : mapping of str to str, optional
+        Headers beyond (or instead of) :data:`HEADERS`.
+    rounding : float, default 0.0
+        The largest SE taken as rounding (the notebook's ``rounding_bound``).
+    digits : int, default 3
+        Significant digits of the columns without an SE.
+    index : sequence of str, optional
+        The columns that name a row (family and H, say), shown as the table's index; default the
+        leading columns of the frame among :data:`ROW_KEYS`.
+
+    Returns
+    -------
+    pandas.DataFrame of str
+        Indexed by ``index`` (a range index when there is none).
+
+    Raises
+    ------
+    TypeError
+        If ``frame`` is not a DataFrame.
+    ValueError
+        If ``columns``, ``se`` or ``index`` name a column the frame lacks, or ``rounding`` is negative.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> t = pd.DataFrame(dict(setting=["identical", "independent data"], mse=[0.16943, 0.04355],
+    ...                       mse_se=[0.0032, 0.00056], ratio_gap=[-2e-16, 0.0022], ratio_gap_se=[5e-16, 0.0038]))
+    >>> shown = format_table(t, rounding=1e-12)
+    >>> list(shown.index), list(shown.columns)
+    (['identical', 'independent data'], ['MSE', 'variance ratio, B − predicted'])
+    >>> shown["variance ratio, B − predicted"].tolist()  # 0 to rounding: no SE of 5e-16 (± joined by no-break spaces)
+    ['0', '0.0022\\xa0±\\xa00.0038']
+    """
+    import pandas as pd
+
+    from ..book import table
+
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
+    bound = require_real(rounding, "rounding")
+    if bound < 0:
+        raise ValueError(f"rounding must be >= 0, got {rounding!r}")
+    pairs = dict(se) if se is not None else _se_pairs(frame)
+    if columns is not None:
+        pairs = {c: s for c, s in pairs.items() if c in columns}
+        keep = [c for c in columns if c not in pairs.values()]
+        frame = frame[[*keep, *(s for c, s in pairs.items() if c in keep)]]
+    for name in (*pairs, *pairs.values()):
+        if name not in frame.columns:
+            raise ValueError(f"se names the column {name!r}, which the frame does not have")
+    frame = _at_rounding(frame, pairs, bound)
+    for c in frame.columns:
+        if not pd.api.types.is_numeric_dtype(frame[c]):
+            frame[c] = frame[c].map(lambda v: _VALUE_WORDS.get(v, v) if isinstance(v, str) else v)
+    if index is None:  # the leading columns that name a row
+        leading: list[str] = []
+        for c in frame.columns:
+            if c not in _ROW_KEYS:
+                break
+            leading.append(c)
+        index = leading
+    missing = [c for c in index if c not in frame.columns]
+    if missing:
+        raise ValueError(f"index names the column(s) {missing}, which the frame does not have")
+    words = {**HEADERS, **(headers or {})}
+    if index:
+        keys = frame[list(index)].map(_key)  # as text: the book's table keeps a text index as it is
+        frame = frame.drop(columns=list(index))
+        frame.index = pd.MultiIndex.from_frame(keys) if len(index) > 1 else pd.Index(keys.iloc[:, 0])
+    shown = _no_nan(table(frame, se=pairs, digits=digits, headers=words, index=bool(index)))
+    if index:
+        shown.index = shown.index.set_names([words.get(c, c) for c in index])
+    return shown
+
+
+def _key(value: Any) -> str:
+    """A row key as text: integers as they are, other numbers with three significant digits."""
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.3g}"
+    return str(int(value)) if isinstance(value, float) else str(value)
+
+
+def format_summary(summary: Mapping[str, Mapping[str, Comparison]], *, rounding: float = 0.0) -> pd.DataFrame:
+    """:func:`family_summary` for reading: one row per quantity, one column per family, ``estimate ± SE``.
+
+    Parameters
+    ----------
+    summary : dict of str to dict of str to Comparison
+        From :func:`family_summary`.
+    rounding : float, default 0.0
+        The largest SE taken as rounding (see :func:`format_table`).
+
+    Returns
+    -------
+    pandas.DataFrame of str
+        Index: the quantities in words; columns: the families.
+    """
+    import pandas as pd
+
+    from ..book import table, with_se
+
+    if not isinstance(summary, Mapping) or not summary:
+        raise TypeError("summary must be the non-empty dict of family_summary")
+    bound = require_real(rounding, "rounding")
+
+    def cell(c: Comparison) -> str:
+        if not math.isfinite(c.se) or c.se <= bound:
+            return with_se(0.0 if abs(c.estimate) <= bound else c.estimate, math.nan)
+        return with_se(c.estimate, c.se)
+
+    keys = list(next(iter(summary.values())))
+    rows = {family: [cell(values[k]) for k in keys] for family, values in summary.items()}
+    return table(pd.DataFrame(rows, index=[_SUMMARY_ROWS.get(k, k) for k in keys]))
+
+
+def format_terms(terms: Mapping[str, Sequence[Comparison]], *, rounding: float = 0.0) -> pd.DataFrame:
+    """:func:`term_agreement` for reading: one row per family, a column per term (A − B, in B's MSE).
+
+    Parameters
+    ----------
+    terms : dict of str to list of Comparison
+        From :func:`term_agreement`: per family, bias², variance, covariance and their sum.
+    rounding : float, default 0.0
+
+    Returns
+    -------
+    pandas.DataFrame of str
+        Columns ``family`` and one per term, cells ``difference ± SE``.
+    """
+    import pandas as pd
+
+    if not isinstance(terms, Mapping):
+        raise TypeError(f"terms must be the dict of term_agreement, got {type(terms).__name__}")
+    columns: dict[str, list[Any]] = {"setting": list(terms)}
+    for k, name in enumerate(_TERM_NAMES):
+        columns[name] = [cs[k].estimate for cs in terms.values()]
+        columns[f"{name}_se"] = [cs[k].se for cs in terms.values()]
+    return format_table(pd.DataFrame(columns), headers={n: f"{n}, A − B" for n in _TERM_NAMES}, rounding=rounding)
+
+
+def format_weight_stats(study: WeightStudy) -> pd.DataFrame:
+    """:attr:`WeightStudy.stats` for reading: one row per bandwidth and kernel, the kernels in words.
+
+    Returns
+    -------
+    pandas.DataFrame of str
+        Columns ``bandwidth h``, ``kernel``, ``mean ‖k − q‖``, ``mean ‖k‖``, ``n_eff``.
+    """
+    import pandas as pd
+
+    if not isinstance(study, WeightStudy):
+        raise TypeError(f"study must be a WeightStudy, got {type(study).__name__}")
+    rows = [
+        dict(h=study.bandwidths[row], kernel=_KERNEL_WORDS.get(kind, kind), **stats)
+        for (row, kind), stats in study.stats.items()
+    ]
+    return format_table(pd.DataFrame(rows), headers={"h": "bandwidth h", "kernel": "kernel"})
+
+
+def format_pairs(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The paired differences of :func:`combination_tables` for reading, each pair once.
+
+    A pair is kept where ``a`` comes before ``b`` in :data:`COMBINATIONS`.
+
+    The dropped rows are the same pairs the other way round (their negatives).
+
+    Returns
+    -------
+    pandas.DataFrame of str
+        Columns ``target``, ``a``, ``b``, ``MSE a − MSE b``.
+    """
+    import pandas as pd
+
+    if not isinstance(pairs, pd.DataFrame):
+        raise TypeError(f"pairs must be a pandas DataFrame, got {type(pairs).__name__}")
+    order = {c: k for k, c in enumerate(COMBINATIONS)}
+    once = pairs[[order[a] < order[b] for a, b in zip(pairs.a, pairs.b, strict=True)]]
+    return format_table(once, headers={"a": "a", "b": "b", "mean": "MSE a − MSE b"})

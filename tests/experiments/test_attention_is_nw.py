@@ -25,6 +25,7 @@ from nwlib.experiments.attention_is_nw import (
     circle_weights,
     cv_study,
     float64_device,
+    format_mise_table,
     fraction_removed,
     head_estimates,
     mha_agreement,
@@ -629,6 +630,26 @@ def test_mise_comparisons_and_table(study):
     table = mise_table(study)
     assert list(table.index) == list(study.bandwidths) and len(table.columns) == 7
     np.testing.assert_array_equal(table["design var"].to_numpy(), study.estimates["design_var"])
+
+
+def test_format_mise_table_reads_as_words_with_standard_errors(study):
+    shown = format_mise_table(study)
+    headers = ["MISE", "bias²", "noise variance", "design variance", "cross term / MISE"]
+    assert list(shown.columns) == headers and shown.index.name == "bandwidth h"
+    assert list(shown.index) == [f"{h:.3g}" for h in study.bandwidths]
+
+    def pm(value: float, se: float) -> str:  # the SE to two significant digits, the estimate to its decimals
+        d = 1 - math.floor(math.log10(se))
+        text = f"{round(value, d):.{d}f} ± {se:.{d}f}"
+        return text.replace(" ± ", "\u00a0±\u00a0").replace("-", "\u2212")  # as the book typesets it
+
+    e, k = study.estimates, len(study.bandwidths) - 1
+    assert shown["MISE"].iloc[k] == pm(e["mise"][k], study.mise_se[k])
+    assert shown["cross term / MISE"].iloc[0] == pm(e["cross_share"][0], study.ses["cross_share"][0])
+    for column, key in (("bias²", "sq_bias"), ("design variance", "design_var")):  # three significant digits each
+        assert shown[column].tolist() == [f"{float(f'{v:.3g}'):g}".replace("-", "\u2212") for v in e[key]]
+    with pytest.raises(TypeError, match="study"):
+        format_mise_table(None)
 
 
 def _loo_score_np(x: np.ndarray, y: np.ndarray, h: float) -> float:

@@ -843,3 +843,100 @@ def test_shared_data_floor_proposition_by_enumeration():
     assert noise_part > 0 and math.isclose(noise_part, sigma**2 * np.mean((w[:, 0] * w[:, 1]).sum(1)), rel_tol=1e-12)
     # a wrong split (the noise part alone, or with the design covariance of the *weights*) would not match
     assert not math.isclose(exact, noise_part, rel_tol=1e-3)
+
+
+# --- the chapter's tables, for reading ---------------------------------------------------------
+
+
+def _pm(value: float, se: float) -> str:
+    """Estimate ± SE, the SE to two significant digits and the estimate to its decimals, as the book typesets it."""
+    d = 1 - math.floor(math.log10(se))
+    text = f"{round(value, d):.{d}f} ± {se:.{d}f}"
+    return text.replace(" ± ", "\u00a0±\u00a0").replace("-", "\u2212")  # typeset: no break at ±, a minus sign
+
+
+def test_format_table_pairs_standard_errors_and_drops_rounding():
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(
+        dict(
+            setting=["identical", "identical", "partly turned"],
+            H=[1, 2, 8],
+            mse=[0.169431, 0.169431, 0.128093],
+            mse_se=[0.00321, 0.00321, 0.00229],
+            predicted=[0.1637, 0.1637, 0.12244],
+            predicted_se=[0.0023, 0.0023, 0.00171],
+            z=[1.4399, 1.4399, -1.9904],
+            ratio_gap=[math.nan, -2.2e-16, 0.011234],
+            ratio_gap_se=[math.nan, 5e-16, 0.005612],
+            bias_sq=[0.0273, 0.0273, 0.0272],
+        )
+    )
+    shown = bvc.format_table(frame, columns=["setting", "H", "mse", "ratio_gap", "z"], rounding=1e-12)
+    assert list(shown.index.names) == ["family", "H"]  # the columns that name a row
+    assert list(shown.index) == [("identical", "1"), ("identical", "2"), ("partly turned", "8")]
+    assert list(shown.columns) == ["MSE", "variance ratio, B − predicted", "z"]
+    assert shown["MSE"].tolist() == [_pm(0.169431, 0.00321)] * 2 + [_pm(0.128093, 0.00229)]
+    assert shown["MSE"].iloc[2] == "0.1281\u00a0±\u00a00.0023"
+    # H = 1 has no ratio (–); identical heads' gap is 0 to rounding: no SE of 1e-16 printed
+    assert shown["variance ratio, B − predicted"].tolist() == ["–", "0", _pm(0.011234, 0.005612)]
+    assert shown["z"].tolist() == ["1.44", "1.44", "\u22121.99"]
+    # a bare "se" pairs with the column before it; "a_B" pairs with "a_se"
+    steps = pd.DataFrame(dict(step=["a → b"], diff=[0.035931], se=[0.001733], z=[20.7]))
+    shown = bvc.format_table(steps)
+    assert list(shown.index) == ["a → b"] and shown.iloc[0].tolist() == [_pm(0.035931, 0.001733), "20.7"]
+    floor = pd.DataFrame(dict(rho_measured_B=[0.67201], rho_measured_se=[0.00652]))
+    assert bvc.format_table(floor).iloc[0].tolist() == [_pm(0.67201, 0.00652)]
+    assert bvc.format_table(floor, se={}).shape == (1, 2)  # no pairing asked for: both columns shown
+    temps = pd.DataFrame(dict(temperature=[0.0266, 0.5], task=["single_index", "isotropic"], mse=[0.3697, 0.4577]))
+    shown = bvc.format_table(temps, index=["task"])
+    assert list(shown.index) == ["single index", "isotropic"] and list(shown.columns) == ["temperature τ", "MSE"]
+    assert list(bvc.format_table(temps).index) == [("0.0266", "single index"), ("0.5", "isotropic")]
+    with pytest.raises(TypeError, match="frame"):
+        bvc.format_table(frame.to_dict())
+    with pytest.raises(ValueError, match="rounding"):
+        bvc.format_table(frame, rounding=-1.0)
+    with pytest.raises(ValueError, match="missing"):
+        bvc.format_table(frame, se={"mse": "missing"})
+    with pytest.raises(ValueError, match="index"):
+        bvc.format_table(frame, index=["missing"])
+
+
+def test_format_summary_terms_and_pairs():
+    pd = pytest.importorskip("pandas")
+    summary = {
+        "identical": {"rho": estimate(1.0, 4e-16), "gain": estimate(0.0, 0.0)},
+        "orthogonal nuisance": {"rho": estimate(0.41993, 0.00631), "gain": estimate(0.07191, 0.00271)},
+    }
+    shown = bvc.format_summary(summary, rounding=1e-12)
+    assert list(shown.columns) == ["identical", "orthogonal nuisance"]
+    assert list(shown.index) == ["ρ (A)", "gain MSE₁ − MSE_Hmax"]
+    assert shown["identical"].tolist() == ["1", "0"]  # fixed by construction: no SE of 1e-16
+    assert shown["orthogonal nuisance"].tolist() == [_pm(0.41993, 0.00631), _pm(0.07191, 0.00271)]
+    cs = [estimate(0.0008, 0.0179), estimate(-0.0042, 0.0028), estimate(-0.0297, 0.0193), estimate(-0.0332, 0.0272)]
+    t = bvc.format_terms({"identical": cs})
+    assert list(t.index) == ["identical"] and t.index.name == "family"
+    assert list(t.columns) == ["bias², A − B", "variance, A − B", "covariance, A − B", "sum, A − B"]
+    assert t.iloc[0].tolist() == [_pm(c.estimate, c.se) for c in cs]
+    names = list(bvc.COMBINATIONS)
+    pairs = [(a, b) for a in names for b in names if a != b]
+    rows = [dict(task="isotropic", a=a, b=b, mean=0.1 * i, se=0.01) for i, (a, b) in enumerate(pairs)]
+    once = bvc.format_pairs(pd.DataFrame(rows))
+    assert len(once) == len(names) * (len(names) - 1) // 2  # each pair once
+    assert all(names.index(a) < names.index(b) for _, a, b in once.index)
+    assert list(once.index.names) == ["target", "a", "b"] and list(once.columns) == ["MSE a − MSE b"]
+    with pytest.raises(TypeError, match="summary"):
+        bvc.format_summary({})
+
+
+def test_format_weight_stats_names_the_kernels():
+    study = bvc.dot_product_weights(seed=4, groups=20)
+    shown = bvc.format_weight_stats(study)
+    assert list(shown.index.names) == ["bandwidth h", "kernel"]
+    assert list(shown.columns) == ["mean ‖k − q‖", "mean ‖k‖", "n_eff"]
+    kernels = ["Gaussian", "dot-product (exp)", "exp, keys normalised"]
+    assert [k for _, k in shown.index][:3] == kernels
+    assert shown.index[0][0] == f"{study.bandwidths['att']:.3g}"
+    n_eff = [st["n_eff"] for st in study.stats.values()]
+    assert shown["n_eff"].tolist() == [f"{v:.0f}" for v in n_eff]  # three significant digits of the largest (> 100)
+    with pytest.raises(TypeError, match="study"):
+        bvc.format_weight_stats(study.stats)
