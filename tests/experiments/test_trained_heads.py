@@ -13,6 +13,7 @@ import torch
 from nwlib import random_subspaces, simulate
 from nwlib.evidence import Comparison
 from nwlib.experiments import trained_heads as th
+from nwlib.models.llama import LlamaConfig, NWLlamaDecoder
 from nwlib.models.pretrained import BertConfig, NWBertEncoder
 from nwlib.models.training import optimise_subspaces, train_regressor
 from nwlib.tasks import make_task
@@ -757,3 +758,181 @@ def test_covariance_check_simulates_the_limit():
 def test_bad_inputs_are_named(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# --- the GQA decoder, the quantisation control, both models side by side ----------------------
+
+SMALL_DEC = LlamaConfig(
+    hidden_size=16,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=2,
+    intermediate_size=24,
+    vocab_size=40,
+    max_position_embeddings=16,
+    rope_theta=100.0,
+    rms_norm_eps=1e-5,
+)
+
+
+@pytest.fixture(scope="module")
+def decoded():
+    with torch.random.fork_rng():
+        decoder = NWLlamaDecoder(SMALL_DEC, dtype=F64)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in decoder.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=F64) + (1.0 if p.dim() == 1 else 0.0))
+    decoder.eval()
+    return decoder, th.decode_corpus(decoder, WordTokenizer(), TEXTS)
+
+
+def test_decode_corpus_runs_the_decoder_text_by_text(decoded):
+    # causal attention with right padding: each text's states equal those of the text alone
+    decoder, corpus = decoded
+    assert len(corpus.hidden) == SMALL_DEC.num_hidden_layers + 1 and corpus.n_tokens == 17
+    for i in range(len(TEXTS)):
+        n = int(corpus.mask[i].sum())
+        with torch.no_grad():
+            alone = decoder(corpus.batch.input_ids[i : i + 1, :n])
+        torch.testing.assert_close(corpus.hidden[-1][i, :n], alone[-1][0], rtol=1e-12, atol=1e-12)
+    # keys an average query sees, causally: sum T(T + 1)/2 over sum T
+    assert th.causal_mean_keys(corpus) == pytest.approx((15 + 6 + 28 + 3) / 17)
+    with pytest.raises(TypeError, match="decoder"):
+        th.decode_corpus(small_encoder(), WordTokenizer(), TEXTS)
+
+
+def test_decoder_geometry_against_brute_force(decoded):
+    decoder, corpus = decoded
+    laws_q = th.reference_laws(4, 4, 16, families=5, init_sd=0.02, generator=torch.Generator().manual_seed(1))
+    laws_kv = th.reference_laws(2, 4, 16, families=5, init_sd=0.02, generator=torch.Generator().manual_seed(2))
+    geo = th.decoder_geometry(decoder, corpus, laws_q.values["random"], laws_kv.values["random"])
+    for layer in range(SMALL_DEC.num_hidden_layers):
+        m = decoder.layer(layer)
+        blocks = {n: np_heads(getattr(m, f"{n}_proj").weight, h) for n, h in (("q", 4), ("k", 2), ("v", 2))}
+        for name, heads in blocks.items():  # invariant HDI from scipy's principal angles
+            pairs = [(a, b) for a in range(len(heads)) for b in range(a + 1, len(heads))]
+            cos2 = [np.cos(scipy.linalg.subspace_angles(heads[a], heads[b])) ** 2 for a, b in pairs]
+            want = 1 - np.mean([c.sum() / 4 for c in cos2])
+            assert geo.loc[layer, f"HDI {name.upper()}"] == pytest.approx(want, abs=1e-10)
+        # per query head: (H - G)/(H - 1) times the kv heads' index, here 2/3
+        assert geo.loc[layer, "HDI K, per query head"] == pytest.approx(geo.loc[layer, "HDI K"] * 2 / 3, abs=1e-12)
+        # data-aware: RMSNorm of the tokens entering the layer, centred per text, times W_K
+        x = corpus.hidden[layer].detach().numpy()
+        w_norm = m.attn_norm.detach().numpy()
+        rows = []
+        for i in range(len(TEXTS)):
+            t = x[i, corpus.mask[i].numpy()]
+            t = t / np.sqrt((t**2).mean(1, keepdims=True) + SMALL_DEC.rms_norm_eps) * w_norm
+            rows.append(t - t.mean(0))
+        feats = [np.concatenate(rows) @ b for b in blocks["k"]]
+        c2 = np.cos(scipy.linalg.subspace_angles(feats[0], feats[1])) ** 2
+        assert geo.loc[layer, "HDI K, data"] == pytest.approx(1 - c2.sum() / 4, abs=1e-8)
+    assert th.gqa_key_hdi_bound(9, 3) == 0.75 and th.gqa_key_hdi_bound(4, 1) == 0.0
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        th.gqa_key_hdi_bound(9, 2)
+    with pytest.raises(ValueError, match="random_kv"):
+        th.decoder_geometry(decoder, corpus, laws_q.values["random"], {})
+
+
+def test_decoder_head_statistics_against_an_explicit_causal_softmax(decoded):
+    from nwlib.models.llama import apply_rope
+
+    decoder, corpus = decoded
+    layer, d = 1, SMALL_DEC.head_dim
+    st = th.decoder_head_statistics(decoder, corpus, layer)
+    m = decoder.layer(layer)
+    ent, eff, contribs = [], [], []
+    for i in range(len(TEXTS)):
+        n = int(corpus.mask[i].sum())
+        x = corpus.hidden[layer][i, :n].detach()
+        x = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + SMALL_DEC.rms_norm_eps) * m.attn_norm.detach()
+        out = []
+        for h in range(4):
+            g = h // 2
+            q = apply_rope(x @ m.q_proj.weight[h * d : (h + 1) * d].detach().T, torch.arange(n), 100.0)
+            k = apply_rope(x @ m.k_proj.weight[g * d : (g + 1) * d].detach().T, torch.arange(n), 100.0)
+            v = x @ m.v_proj.weight[g * d : (g + 1) * d].detach().T
+            logits = (q @ k.T / math.sqrt(d)).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -math.inf)
+            w = torch.softmax(logits, -1)
+            ent.append(-(w * torch.log(w.clamp_min(1e-300))).sum(-1))
+            eff.append(1 / w.pow(2).sum(-1))
+            out.append(w @ v @ m.o_proj.weight[:, h * d : (h + 1) * d].detach().T)
+        contribs.append(torch.stack(out))
+    assert float(st.entropy.mean()) == pytest.approx(float(torch.cat(ent).mean()), rel=1e-10)  # every query once
+    c = torch.cat(contribs, dim=1)
+    c = c - c.mean(1, keepdim=True)
+    cross = torch.einsum("htd,gtd->hg", c, c) / c.shape[1]
+    off = ~torch.eye(4, dtype=torch.bool)
+    assert st.cov_share == pytest.approx(float(cross[off].sum() / cross.sum()), abs=1e-10)
+    # the causal first query sees one key: entropy 0, one effective key, in every text and head
+    assert st.text_eff_keys is not None and st.text_entropy is not None
+    assert float(st.text_eff_keys.sum()) == pytest.approx(float(sum(e.sum() for e in eff)), rel=1e-10)
+    assert float(st.eff_keys.max()) <= max(int(t) for t in corpus.mask.sum(1))
+    wq = decoder.projections(layer)
+    M = (wq.w_q[3] @ wq.w_k[1].T).numpy()
+    assert float(st.temperature[3]) == pytest.approx(np.linalg.svd(M, compute_uv=False)[0] / 2, rel=1e-10)
+
+
+def test_work_bootstrap_of_entropies_and_keys(decoded):
+    # reference: redraw the texts with the same generator calls, recompute the ratio of sums
+    decoder, corpus = decoded
+    stats = [th.decoder_head_statistics(decoder, corpus, layer) for layer in range(2)]
+    boot = th.work_bootstrap(stats, replicates=25, generator=torch.Generator().manual_seed(6))
+    T = len(TEXTS)
+    draws = torch.randint(T, (25, T), generator=torch.Generator().manual_seed(6)).numpy()
+    for layer, x in enumerate(stats):
+        assert boot["entropy"][layer].estimate == pytest.approx(float(x.entropy.mean()), abs=1e-12)
+        assert boot["effective keys"][layer].estimate == pytest.approx(float(x.eff_keys.mean()), abs=1e-12)
+        tot, tok = x.text_eff_keys.sum(1).numpy(), x.text_tokens.numpy()
+        reps = [tot[row].sum() / (tok[row].sum() * 4) for row in draws]
+        assert boot["effective keys"][layer].se == pytest.approx(np.std(reps, ddof=1), rel=1e-10)
+
+
+def test_quantised_state_dict_rounds_only_layer_matrices():
+    pytest.importorskip("gguf")
+    g = torch.Generator().manual_seed(7)
+    sd = {
+        "encoder.layer.0.attention.self.key.weight": torch.randn(8, 64, generator=g),
+        "encoder.layer.0.attention.self.key.bias": torch.randn(8, generator=g),
+        "embeddings.word_embeddings.weight": torch.randn(5, 64, generator=g),
+    }
+    q = th.quantised_state_dict(sd)
+    w, wq = sd["encoder.layer.0.attention.self.key.weight"], q["encoder.layer.0.attention.self.key.weight"]
+    assert not torch.equal(w, wq) and torch.equal(
+        q["embeddings.word_embeddings.weight"], sd["embeddings.word_embeddings.weight"]
+    )
+    assert torch.equal(q["encoder.layer.0.attention.self.key.bias"], sd["encoder.layer.0.attention.self.key.bias"])
+    # 16 levels per block of 32: at most 16 distinct values in each block
+    assert all(len(set(block.tolist())) <= 16 for block in wq.reshape(-1, 32))
+    step = (w.reshape(-1, 32).amax(1) - w.reshape(-1, 32).amin(1)) / 15
+    assert bool(((w - wq).abs().reshape(-1, 32) <= step[:, None] / 2 + 1e-3).all())
+
+
+def test_quantisation_effect_and_two_model_table():
+    import pandas as pd
+
+    before = pd.DataFrame({"HDI K": [0.8, 0.7], "RV K": [0.5, -0.9]})
+    after = pd.DataFrame({"HDI K": [0.81, 0.68], "RV K": [0.5, -0.8]})
+    eff = th.quantisation_effect(before, after, ["HDI K", "RV K"])
+    assert eff.loc["HDI K", "max |change|"] == pytest.approx(0.02)
+    assert eff.loc["RV K", "largest value"] == pytest.approx(0.9)
+    assert eff.loc["RV K", "relative"] == pytest.approx(0.1 / 0.9)
+    with pytest.raises(ValueError, match="columns"):
+        th.quantisation_effect(before, after, ["HDI Q"])
+    geo = pd.DataFrame(
+        {"HDI K": [0.8, 0.7], "HDI Q": [0.6, 0.9], "HDI V": [0.5, 0.95], "RV K": [0.1, 0.2], "paper K": [0.3, -1.0]}
+    )
+    work = pd.DataFrame(
+        {"entropy (mean)": [1.0, 2.0], "effective keys (mean)": [3.0, 5.0], "temperature (median)": [1.0, 9.0]}
+    )
+    t = th.two_model_table({"a": (geo, work, 0.9)})
+    row = t.loc["a"]
+    assert (row["layers"], row["HDI K min"], row["HDI Q max"], row["HDI V max"], row["paper K min"]) == (
+        2,
+        0.7,
+        0.9,
+        0.95,
+        -1.0,
+    )
+    assert (row["entropy (mean)"], row["effective keys (mean)"], row["temperature (median)"]) == (1.5, 4.0, 5.0)
