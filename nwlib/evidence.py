@@ -432,6 +432,15 @@ class Finding:
         return self.hypothesis
 
     @property
+    def summary(self) -> str:
+        """:attr:`statistic`, or for more than three tests the weakest one (largest p-value) and their count."""
+        if self.is_fact or len(self.tests) <= 3:
+            return self.statistic
+        weakest = max(self.tests, key=lambda t: t.p_value)
+        sign = ">" if weakest.side == "greater" else "<"
+        return f"{weakest.comparison} {sign} {weakest.bound:g} (the weakest of {len(self.tests)} comparisons)"
+
+    @property
     def decision(self) -> str:
         """'holds' or 'does not hold', and whether the profile asserts it."""
         verdict = "holds" if self.holds else "does not hold"
@@ -664,7 +673,8 @@ class Findings:
         """The findings as a pandas DataFrame, one row per finding.
 
         Columns: ``finding`` (the statement: the reader's label; the finding's name is the
-        notebook's), ``statistic``, ``Holm p``, ``power``, ``asserted in`` and ``decision``.
+        notebook's), ``statistic`` (:attr:`Finding.summary`: every test, or the weakest of more
+        than three), ``Holm p``, ``power``, ``asserted in`` and ``decision``.
         """
         import pandas as pd
 
@@ -673,7 +683,7 @@ class Findings:
 
         rows = [
             {
-                "statistic": f.statistic,
+                "statistic": f.summary,
                 "Holm p": p_text(f.p_adjusted) if not f.is_fact else "—",
                 "power": f"{f.power:.3f}" if not f.is_fact else "—",
                 "asserted in": ", ".join(f.profiles),
@@ -689,8 +699,9 @@ class Findings:
         Keys: ``finding_<name>`` (bool), ``finding_<name>_decision`` (text: "holds", or
         "holds, reported, not asserted" under a profile that does not assert it),
         ``finding_<name>_power``, ``findings_asserted``, ``findings_reported``,
-        ``findings_alpha`` and ``findings_table`` (a DataFrame, also displayed in the notebook
-        with its cells unabridged).
+        ``findings_alpha`` and ``findings_table`` (the :meth:`table`, also displayed in the
+        notebook with its cells unabridged; a finding of more than three tests shows its weakest,
+        and ``findings[name].statistic`` has them all).
 
         An asserted decision is recorded as exact (a rerun on any seed or machine must repeat
         it); a finding reported but not asserted is informational.

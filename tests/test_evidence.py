@@ -319,3 +319,15 @@ def test_finding_p_value_uses_student_t_with_the_comparisons_df():
     # t(3) at 2.2 SE is not significant after Holm over two findings; the normal is
     assert not f.holds("few") and f.holds("many")
     assert f["few"].power < f["many"].power
+
+
+def test_the_findings_table_summarises_many_tests_by_the_weakest():
+    from nwlib.evidence import Findings, estimate
+
+    f = Findings("summary", profile="quick")
+    f.greater("few", "two effects", [estimate(1.0, 0.1), estimate(2.0, 0.1)])
+    f.greater("many", "five effects", [estimate(v, 0.1) for v in (3.0, 0.5, 2.0, 4.0, 5.0)])
+    table = f.table().set_index("finding")
+    assert table.loc["two effects", "statistic"] == f["few"].statistic  # all of them, as before
+    # the weakest is 0.5 ± 0.1 (z = 5): named, with the count
+    assert table.loc["five effects", "statistic"] == f"{estimate(0.5, 0.1)} > 0 (the weakest of 5 comparisons)"
