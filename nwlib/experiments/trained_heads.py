@@ -106,14 +106,17 @@ __all__ = [
     "nuisance_hdi",
     "optimisation_point",
     "optimisation_summary",
+    "bootstrap_table",
     "quantisation_effect",
     "quantised_state_dict",
     "read_corpus",
+    "readable_table",
     "reference_laws",
     "signal_overlap",
     "training_comparisons",
     "training_point",
     "training_series",
+    "training_table",
     "two_model_table",
     "work_extremes",
     "work_table",
@@ -246,15 +249,20 @@ class ReferenceLaws:
         return {law: {index: mean(x) for index, x in by_index.items()} for law, by_index in self.values.items()}
 
     def table(self) -> pd.DataFrame:
-        """The summary as text, "mean ± SE (SE)": columns the laws, rows the indices."""
+        """The summary for reading (:func:`nwlib.book.table`): "mean ± SE" cells, columns the laws, rows the indices."""
         import pandas as pd
 
-        return pd.DataFrame(
+        from ..book import table
+
+        summary = self.summary()
+        frame = pd.DataFrame(
             {
-                law: {index: f"{c.estimate:.4f} ± {c.se:.5f} (SE)" for index, c in by_index.items()}
-                for law, by_index in self.summary().items()
+                column: {index: getattr(c, part) for index, c in by_index.items()}
+                for law, by_index in summary.items()
+                for column, part in ((law, "estimate"), (f"{law} SE", "se"))
             }
         )
+        return table(frame, se={law: f"{law} SE" for law in summary}, headers={law: law for law in summary})
 
     def against(self, values: Sequence[float], index: str, laws: Sequence[str] | None = None) -> list[Comparison]:
         """Each value against one new draw of each law (:func:`nwlib.evidence.against`).
@@ -1825,3 +1833,114 @@ def large_head_summary(runs: Mapping[int, Sequence[Mapping[str, Any]]], *, num_h
             }
         )
     return pd.DataFrame(rows).set_index("d_k")
+
+
+# --- tables for reading ---------------------------------------------------------------------------
+
+
+def readable_table(frame: pd.DataFrame, *, digits: int = 3) -> pd.DataFrame:
+    """:func:`nwlib.book.table` of a per-layer (or per-model) table whose columns may span magnitudes.
+
+    :func:`~nwlib.book.table` gives every column the decimals that keep ``digits`` significant
+    digits of its largest entry. A column whose nonzero magnitudes span more than a factor 10 (the
+    decoder's literal index runs from −312 to 0.03) would lose its small entries that way: it keeps
+    instead the decimals that give its smallest nonzero entry ``digits`` significant digits, at most
+    ``digits`` decimals.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Numbers (and any other columns :func:`nwlib.book.table` accepts).
+    digits : int, default 3
+
+    Returns
+    -------
+    pandas.DataFrame
+        Strings, the headers of :func:`nwlib.book.table`.
+    """
+    import pandas as pd
+    from pandas.api import types
+
+    from ..book import table
+
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
+    shown = table(frame, digits=digits)
+    for position, column in enumerate(frame.columns):
+        values = frame[column]
+        if not types.is_float_dtype(values) or types.is_bool_dtype(values):
+            continue
+        sizes = [abs(float(v)) for v in values if math.isfinite(float(v)) and v != 0]
+        if not sizes or max(sizes) < 10 * min(sizes) or max(sizes) >= 1e6:
+            continue
+        places = min(digits, max(0, digits - 1 - math.floor(math.log10(min(sizes)))))
+        own_digits = places + 1 + math.floor(math.log10(max(sizes)))  # what table() needs for those decimals
+        shown.iloc[:, position] = table(frame[[column]], digits=own_digits).iloc[:, 0].to_numpy()
+    return shown
+
+
+def bootstrap_table(boots: Mapping[str, Mapping[str, Sequence[Comparison]]]) -> pd.DataFrame:
+    """Per model and statistic, the smallest and largest layer value and the largest SE, for reading.
+
+    Parameters
+    ----------
+    boots : mapping of str to mapping of str to sequence of Comparison
+        Per model, :func:`work_bootstrap`'s result (per statistic, one Comparison per layer).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index (model, statistic); columns ``"smallest"``, ``"largest"``, ``"largest SE"``, strings
+        from :func:`nwlib.book.table`, each statistic with the decimals of its own magnitude (the
+        two models share them).
+    """
+    import pandas as pd
+
+    from ..book import table
+
+    if not isinstance(boots, Mapping) or not boots:
+        raise TypeError("boots must be a non-empty mapping of model names to work_bootstrap results")
+    rows = {
+        (model, key): {
+            "smallest": min(c.estimate for c in cs),
+            "largest": max(c.estimate for c in cs),
+            "largest SE": max(c.se for c in cs),
+        }
+        for model, by_key in boots.items()
+        for key, cs in by_key.items()
+    }
+    frame = pd.DataFrame(rows).T.rename_axis(["model", "statistic"])
+    keys = list(dict.fromkeys(frame.index.get_level_values("statistic")))
+    parts = [table(frame.xs(key, level="statistic", drop_level=False), se={}) for key in keys]  # no pairing
+    return pd.concat(parts).reindex(frame.index)
+
+
+def training_table(comparisons: Mapping[str, Mapping[str, Comparison]]) -> pd.DataFrame:
+    """The training experiment for reading: rows the quantities, columns the tasks, "estimate ± SE" cells.
+
+    Parameters
+    ----------
+    comparisons : mapping of str to mapping of str to Comparison
+        Per task, :func:`training_comparisons`'s result.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Strings from :func:`nwlib.book.table` (each estimate rounded by its own SE).
+    """
+    import pandas as pd
+
+    from ..book import table
+
+    if not isinstance(comparisons, Mapping) or not comparisons:
+        raise TypeError("comparisons must be a non-empty mapping of task names to training_comparisons results")
+    quantities = list(next(iter(comparisons.values())))
+    frame = pd.DataFrame(
+        {
+            column: {task: getattr(by_quantity[q], part) for task, by_quantity in comparisons.items()}
+            for q in quantities
+            for column, part in ((q, "estimate"), (f"{q} SE", "se"))
+        }
+    )
+    shown = table(frame, se={q: f"{q} SE" for q in quantities}, headers={q: q for q in quantities})
+    return shown.T

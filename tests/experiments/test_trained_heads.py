@@ -936,3 +936,69 @@ def test_quantisation_effect_and_two_model_table():
         -1.0,
     )
     assert (row["entropy (mean)"], row["effective keys (mean)"], row["temperature (median)"]) == (1.5, 4.0, 5.0)
+
+
+# --- tables for reading -----------------------------------------------------------------------------
+
+NBSP, MINUS = "\u00a0", "\u2212"
+
+
+def test_reference_laws_table_shows_mean_and_se_of_the_families():
+    laws = th.reference_laws(2, 1, 4, families=5, init_sd=0.5, generator=torch.Generator().manual_seed(3))
+    shown = laws.table()
+    assert list(shown.columns) == ["random", "Xavier", "N(0, 0.5^2)"] and list(shown.index) == ["HDI", "paper", "RV"]
+    x = laws.values["Xavier"]["HDI"].double().numpy()
+    m, se = x.mean(), x.std(ddof=1) / math.sqrt(len(x))  # the mean over families and its SE, by hand
+    estimate, error = shown.loc["HDI", "Xavier"].split(f"{NBSP}±{NBSP}")
+    places = len(error.split(".")[1])  # the SE keeps two significant digits, the estimate its decimals
+    assert float(error) == pytest.approx(float(f"{se:.2g}"))
+    assert float(estimate.replace(MINUS, "-")) == pytest.approx(round(m, places))
+
+
+def test_readable_table_keeps_the_small_entries_of_a_column_that_spans_magnitudes():
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"paper K": [-311.8895, 0.0859, -0.0316], "HDI K": [0.71, 0.84, 0.86], "temp": [132.66, 9.9, 4.317]}
+    )
+    shown = th.readable_table(frame)
+    # a narrow column: three significant digits of its largest entry; a wide one: at most three decimals, enough for
+    # three significant digits of its smallest entry (4.317 -> 2 decimals)
+    assert shown["HDI K"].tolist() == ["0.710", "0.840", "0.860"]
+    assert shown["paper K"].tolist() == [f"{MINUS}311.889", "0.086", f"{MINUS}0.032"]
+    assert shown["temp"].tolist() == ["132.66", "9.90", "4.32"]
+    with pytest.raises(TypeError, match="frame"):
+        th.readable_table([1.0])
+
+
+def test_bootstrap_table_is_the_extremes_over_layers_per_statistic():
+    def c(x, se):
+        return Comparison(estimate=x, se=se, df=9)
+
+    boots = {
+        "A": {"mean corr": [c(-0.0171, 0.001), c(0.0093, 0.0004)], "effective keys": [c(3.101, 0.1), c(8.489, 0.142)]},
+        "B": {"mean corr": [c(0.058, 0.004), c(-0.044, 0.002)], "effective keys": [c(1.286, 0.083), c(5.1, 0.05)]},
+    }
+    shown = th.bootstrap_table(boots)
+    assert list(shown.index) == [
+        ("A", "mean corr"),
+        ("A", "effective keys"),
+        ("B", "mean corr"),
+        ("B", "effective keys"),
+    ]
+    assert list(shown.columns) == ["smallest", "largest", "largest SE"]  # no "largest ± largest SE" pairing
+    # each statistic its own decimals, three significant digits of the column's largest entry over the two models
+    assert shown.loc[("A", "mean corr")].tolist() == [f"{MINUS}0.0171", "0.0093", "0.00100"]
+    assert shown.loc[("B", "effective keys")].tolist() == ["1.29", "5.10", "0.083"]
+
+
+def test_training_table_rounds_each_estimate_by_its_se():
+    def c(x, se):
+        return Comparison(estimate=x, se=se, df=9)
+
+    icl = {"task a": {"MSE, no penalty": c(0.034312, 0.00121), "steps": c(427.083, 51.992)}}
+    icl["task b"] = {"MSE, no penalty": c(0.0771, 0.0009), "steps": c(695.8, 99.8)}
+    shown = th.training_table(icl)
+    assert list(shown.index) == ["MSE, no penalty", "steps"] and list(shown.columns) == ["task a", "task b"]
+    assert shown.loc["MSE, no penalty", "task a"] == f"0.0343{NBSP}±{NBSP}0.0012"
+    assert shown.loc["steps", "task b"] == f"696{NBSP}±{NBSP}100"
