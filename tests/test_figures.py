@@ -86,3 +86,12 @@ def test_error_bar_caps_are_not_counted_as_lines():
     for k in range(legible.MAX_LINES):
         ax.errorbar(X[::8], k + X[::8], yerr=0.1, capsize=3)
     assert legible.legibility_problems(fig) == []
+
+
+def test_a_legend_below_log_scale_bars_is_off_them():
+    # bars from 0 on a log axis reach -inf in display space: only their visible part counts
+    fig, ax = plt.subplots(figsize=(5, 3), layout="constrained")
+    ax.bar([0, 1], [10.0, 100.0], label="bars")
+    ax.set_yscale("log")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    assert legible.legibility_problems(fig) == []

@@ -262,7 +262,7 @@ def glue_math(name: str, expression: Any, display: bool = True) -> None:
     glue(name, _GluedMath(latex), display=display)
 
 
-_LEGIBILITY_STRICT = False  # TEMPORARY while the figures are being fixed
+_LEGIBILITY_STRICT = True  # tests may turn it off to look at an illegible figure
 
 
 def glue_figure(name: str, figure: Any, directory: str | Path = "figures", dpi: int = 150) -> Path:

@@ -60,14 +60,20 @@ def _data_points(ax: Any) -> Any:
 
 
 def _bars(ax: Any) -> list[Any]:
-    """The display boxes of an axes' bars (rectangles with an area)."""
-    from matplotlib.patches import Rectangle
+    """The display boxes of an axes' bars (rectangles with an area), clipped to the axes.
 
-    return [
-        patch.get_window_extent()
-        for patch in ax.patches
-        if isinstance(patch, Rectangle) and patch.get_visible() and patch.get_width() and patch.get_height()
-    ]
+    Clipping matters on a log axis, where a bar from 0 reaches down to -inf in display space.
+    """
+    from matplotlib.patches import Rectangle
+    from matplotlib.transforms import Bbox
+
+    boxes = []
+    for patch in ax.patches:
+        if isinstance(patch, Rectangle) and patch.get_visible() and patch.get_width() and patch.get_height():
+            box = Bbox.intersection(patch.get_window_extent(), ax.bbox)
+            if box is not None:
+                boxes.append(box)
+    return boxes
 
 
 def legibility_problems(figure: Any) -> list[str]:
