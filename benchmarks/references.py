@@ -17,6 +17,12 @@ and ``tests/test_benchmarks_smoke.py`` checks on small ones:
   path (``nadaraya_watson`` pads the values to the key width instead);
 * :func:`statsmodels_nw`: statsmodels' ``KernelReg`` with the local-constant
   (Nadaraya–Watson) estimator, a Gaussian product kernel and a fixed bandwidth;
+* :func:`sdpa_padded`: ``scaled_dot_product_attention`` with the values padded to the key
+  width, the path ``nadaraya_watson`` took before its fused kernel (and still takes under
+  autograd, on accelerators, and where the kernel cannot be built);
+* :func:`keops_nw`: KeOps' ``sumsoftmaxweight`` reduction (``pykeops``, the ``bench`` extra);
+* :func:`compiled_flex_attention`, :func:`compiled_softmax`: ``flex_attention`` and the
+  materialised softmax under ``torch.compile`` (inductor), the compiled candidates;
 * :func:`identity_mha`: ``torch.nn.MultiheadAttention`` whose input and output
   projections are identities, so that its heads are the NW estimators on the
   given per-head queries, keys and values.
@@ -40,6 +46,10 @@ __all__ = [
     "statsmodels_nw",
     "identity_mha",
     "to_model_layout",
+    "sdpa_padded",
+    "keops_nw",
+    "compiled_flex_attention",
+    "compiled_softmax",
     "from_model_layout",
 ]
 
@@ -225,3 +235,67 @@ def from_model_layout(y: Tensor, num_heads: int) -> Tensor:
     """(R, L, H*d) back to (R, H, L, d); the inverse of :func:`to_model_layout`."""
     R, L, E = y.shape
     return y.reshape(R, L, num_heads, E // num_heads).permute(0, 2, 1, 3)
+
+
+def _pad_values(keys: Tensor, values: Tensor) -> tuple[Tensor, int | None]:
+    """Values as (..., n, w), w the key width (zero columns added); the true width, or None for scalars."""
+    scalar = values.dim() == keys.dim() - 1
+    v = values.unsqueeze(-1) if scalar else values
+    p = v.shape[-1]
+    width = max(keys.shape[-1], p)
+    return torch.nn.functional.pad(v, (0, width - p)), (None if scalar else p)
+
+
+def _unpad(out: Tensor, p: int | None) -> Tensor:
+    return out[..., 0] if p is None else out[..., :p]
+
+
+def sdpa_padded(queries: Tensor, keys: Tensor, values: Tensor, scale: float) -> Tensor:
+    """``scaled_dot_product_attention`` with the values zero-padded to the key width.
+
+    What ``nadaraya_watson`` computed before its fused kernel, and what it still computes on
+    accelerators, under autograd and where the kernel cannot be built: the exp kernel only.
+    """
+    v, p = _pad_values(keys, values)
+    out = torch.nn.functional.scaled_dot_product_attention(queries, keys, v, scale=scale)
+    return _unpad(out, p)
+
+
+def keops_nw(queries: Tensor, keys: Tensor, values: Tensor, scale: float) -> Tensor:
+    """KeOps (``pykeops``): the softmax-weighted sum as a symbolic reduction, no (m, n) matrix formed.
+
+    ``sumsoftmaxweight`` computes Σ_j exp(s_ij - max_j s_ij) v_j / Σ_j exp(s_ij - max_j s_ij) with
+    s_ij = scale·⟨q_i, k_j⟩ over the batch dimensions; KeOps compiles the reduction with the
+    system C++ compiler on its first call (cached in its build folder afterwards).
+    """
+    from pykeops.torch import LazyTensor
+
+    scalar = values.dim() == keys.dim() - 1
+    v = values.unsqueeze(-1) if scalar else values
+    qi = LazyTensor(queries.unsqueeze(-2).contiguous())
+    kj = LazyTensor(keys.unsqueeze(-3).contiguous())
+    vj = LazyTensor(v.unsqueeze(-3).contiguous())
+    out = ((qi | kj) * scale).sumsoftmaxweight(vj, axis=queries.dim() - 1)
+    return out[..., 0] if scalar else out
+
+
+def compiled_flex_attention():
+    """``flex_attention`` under ``torch.compile`` (inductor's CPU template), as ``f(q, k, v, scale)``."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    flex = torch.compile(flex_attention, dynamic=False)
+
+    def call(queries: Tensor, keys: Tensor, values: Tensor, scale: float) -> Tensor:
+        v, p = _pad_values(keys, values)
+        return _unpad(flex(queries, keys, v, scale=scale), p)
+
+    return call
+
+
+def compiled_softmax():
+    """The materialised softmax under ``torch.compile``: inductor fuses the softmax's passes (C++/OpenMP)."""
+
+    def nw(queries: Tensor, keys: Tensor, values: Tensor, scale: float) -> Tensor:
+        return materialised_softmax(queries, keys, values, scale)
+
+    return torch.compile(nw, dynamic=False)

@@ -67,6 +67,15 @@ __all__ = [
     "roofline",
     "roofline_table",
     "roofline_values",
+    "ALL_RATES",
+    "EXP_RATES",
+    "LIMIT_TARGET",
+    "Limit",
+    "limit",
+    "limit_table",
+    "limit_values",
+    "exp_rates_table",
+    "peers_table",
     "statsmodels_table",
     "statsmodels_values",
     "styled",
@@ -97,6 +106,10 @@ LABELS: dict[str, str] = {
     "materialised": "materialised softmax",
     "numpy_loop": "NumPy loop",
     "sdpa_unpadded": "SDPA, values of width 1 (unpadded)",
+    "sdpa": "SDPA, values padded (nadaraya_watson's fallback)",
+    "keops": "KeOps (pykeops)",
+    "flex": "flex_attention, torch.compile",
+    "inductor": "materialised softmax, torch.compile",
     "mha": "MultiheadAttention (need_weights=False)",
     "mha_need_weights": "MultiheadAttention (default call)",
     "statsmodels": "statsmodels KernelReg",
@@ -111,9 +124,25 @@ COLORS: dict[str, str] = {
     "mha_need_weights": "C4",
     "statsmodels": "C5",
     "sdpa_unpadded": "C6",
+    # the book's palette has seven colours (nwlib.book.FIGURE_COLOURS): the other peers in greys
+    "sdpa": "#56B4E9",
+    "keops": "0.35",
+    "flex": "0.6",
+    "inductor": "0.8",
 }
 """The implementations' colours in the figure (also its order of bars)."""
-RATES = ("gemm", "exp")  # machine-rate participants of a configuration, not implementations
+RATES = ("gemm", "exp")  # the old roofline's machine rates (both needed for it)
+# every machine-rate participant of a configuration: not implementations
+ALL_RATES = ("gemm", "exp", "exp_l1", "exp_l1_sleef", "exp_torch_l1", "exp_torch_l2")
+LIMIT_TARGET = 0.7
+"""nadaraya_watson's target at :data:`TARGET_CONFIG`: at least this fraction of the same-run limit."""
+EXP_RATES: dict[str, str] = {
+    "exp_l1": "ATen exp_u20 loop, 16 KiB per thread (L1): the limit",
+    "exp_l1_sleef": "ATen exp (Sleef, 1 ulp) loop, 16 KiB per thread (L1)",
+    "exp_torch_l1": "torch.exp(out=), 16 KiB (L1), one call at a time",
+    "exp_torch_l2": "torch.exp(out=), 512 KiB (L2)",
+    "exp": "torch.exp(out=), 4 MiB (the old roofline's rate)",
+}
 _REQUIRED = ("date", "quick", "rounds", "pause_s", "devices", "machine", "configs", "memory", "targets")
 # Styler formats of the glued tables (column -> format).
 _FORMATS: dict[str, dict[str, str]] = {
@@ -130,6 +159,25 @@ _FORMATS: dict[str, dict[str, str]] = {
     "rates": {"GEMM (GFLOP/s)": "{:.1f}", "nadaraya_watson (GFLOP/s)": "{:.1f}", "fraction of GEMM": "{:.1%}"},
     "memory": {"live peak (MiB)": "{:.1f}", "RSS rise (MiB)": "{:.1f}"},
     "statsmodels": {"nadaraya_watson (ms)": "{:.2f}", "statsmodels (ms)": "{:.1f}", "ratio": "{:.0f}×"},
+    "limit": {
+        "exp per core (10⁹/s)": "{:.2f}",
+        "GEMM (GFLOP/s)": "{:.0f}",
+        "exps (10⁹)": "{:.3f}",
+        "GFLOP": "{:.2f}",
+        "limit (ms)": "{:.1f}",
+        "exp + flop time (ms)": "{:.1f}",
+        "nadaraya_watson (ms)": "{:.1f}",
+        "fraction of limit": "{:.0%}",
+        "fraction of the sum": "{:.0%}",
+    },
+    "exp_rates": {"10⁹ exps/s": "{:.2f}", "per thread (10⁹/s)": "{:.2f}"},
+    "peers": {
+        "median (ms)": "{:.1f}",
+        "ratio": "{:.2f}×",
+        "paired": "{:.2f}×",
+        "fraction of limit": "{:.0%}",
+        "first call (s)": "{:.1f}",
+    },
 }
 
 
@@ -389,7 +437,7 @@ def _timed(report: Mapping[str, Any], group: str | None) -> Iterator[tuple[dict[
     for cfg in report["configs"]:
         if group is None or cfg["group"] == group:
             for method in cfg["results"]["methods"]:
-                if method not in RATES:
+                if method not in ALL_RATES:
                     yield cfg, method, summary(cfg, method)
 
 
@@ -649,6 +697,206 @@ def roofline_values(report: Mapping[str, Any]) -> Values:
         "nw_fraction_pct": 100 * r.get("nw_fraction_of_gemm", math.nan),
     }
     return Values({"roof_sentence": sentence}, measured)
+
+
+# ------------------------------------------------------------------------------------------------ the limit
+
+
+class Limit(NamedTuple):
+    """The machine's limit for one nadaraya_watson call, at the rates measured in the same rounds.
+
+    Attributes
+    ----------
+    exp_rate, exp_rate_per_core : float
+        Exponentials per second of ATen's ``exp_u20`` over an L1-resident buffer on every
+        thread, and per thread (one thread per core here).
+    threads : int
+    gemm : float
+        A large GEMM's flop/s.
+    exps, flops : float
+        One call's exponentials (R·H·m·n) and the fused kernel's flops (2·R·H·m·n·(d + p)).
+    exp_s, flop_s, limit_s, limit_sum_s : float
+        ``exps / exp_rate``, ``flops / gemm``, their maximum (the limit) and their sum, seconds.
+    limited_by : str
+        ``"exponentials"`` or ``"matrix products"``.
+    fractions : dict
+        Implementation -> ``limit_s`` over its median time (nadaraya_watson and the peers).
+    fractions_of_sum : dict
+        The same with ``limit_sum_s``.
+    """
+
+    exp_rate: float
+    exp_rate_per_core: float
+    threads: int
+    gemm: float
+    exps: float
+    flops: float
+    exp_s: float
+    flop_s: float
+    limit_s: float
+    limit_sum_s: float
+    limited_by: str
+    fractions: dict[str, float]
+    fractions_of_sum: dict[str, float]
+
+
+def limit(cfg: Mapping[str, Any]) -> Limit | None:
+    """The limit of ``cfg`` recomputed from the rounds (None where the L1 exp rate or the GEMM was not timed).
+
+    Raises
+    ------
+    ResultFileError
+        If the recomputed limit or nadaraya_watson's fraction differs from what the file stored.
+    """
+    r = cfg["results"]
+    if not {"exp_l1", "gemm"} <= set(r["methods"]) or "limit" not in r:
+        return None
+    exp_rate = r["exp_l1_count"] / float(np.median(r["methods"]["exp_l1"]["samples_s"]))
+    gemm = r["gemm_flops"] / float(np.median(r["methods"]["gemm"]["samples_s"]))
+    stored = r["limit"]
+    exps, flops = float(stored["exps"]), float(stored["flops"])
+    exp_s, flop_s = exps / exp_rate, flops / gemm
+    lim = max(exp_s, flop_s)
+    fractions, of_sum = {}, {}
+    for method in stored["fractions"]:
+        med = float(np.median(r["methods"][method]["samples_s"]))
+        fractions[method], of_sum[method] = lim / med, (exp_s + flop_s) / med
+    if not (np.isclose(lim, stored["limit_s"]) and np.isclose(fractions["nw"], stored["fractions"]["nw"]["fraction"])):
+        raise ResultFileError(f"{cfg['name']}: the recomputed limit differs from the one the file stores")
+    threads = int(stored["threads"])
+    limited = "exponentials" if exp_s >= flop_s else "matrix products"
+    return Limit(
+        exp_rate, exp_rate / threads, threads, gemm, exps, flops, exp_s, flop_s, lim, exp_s + flop_s, limited,
+        fractions, of_sum,
+    )  # fmt: skip
+
+
+def limit_table(report: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per configuration that measured the limit: the rates, the work, the limit, nadaraya_watson's fraction."""
+    rows = []
+    for cfg in report["configs"]:
+        lim = limit(cfg)
+        if lim is None:
+            continue
+        rows.append(
+            {
+                "configuration": config_label(cfg),
+                "exp per core (10⁹/s)": lim.exp_rate_per_core / 1e9,
+                "threads": lim.threads,
+                "GEMM (GFLOP/s)": lim.gemm / 1e9,
+                "exps (10⁹)": lim.exps / 1e9,
+                "GFLOP": lim.flops / 1e9,
+                "limit (ms)": lim.limit_s * 1e3,
+                "limited by": lim.limited_by,
+                "exp + flop time (ms)": lim.limit_sum_s * 1e3,
+                "nadaraya_watson (ms)": summary(cfg, "nw").median_s * 1e3,
+                "fraction of limit": lim.fractions["nw"],
+                "fraction of the sum": lim.fractions_of_sum["nw"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def exp_rates_table(report: Mapping[str, Any]) -> pd.DataFrame:
+    """The exp rates timed at :data:`TARGET_CONFIG`, in exponentials per second (all threads, and per thread)."""
+    cfg = configs_by_name(report).get(TARGET_CONFIG)
+    rows = []
+    if cfg is None:
+        return pd.DataFrame(rows)
+    r = cfg["results"]
+    threads = int(r.get("exp_l1_threads", report["machine"]["torch_threads"]))
+    for method, label in EXP_RATES.items():
+        if method not in r["methods"]:
+            continue
+        count = r["exp_count"] if method == "exp" else r[f"{method}_count"]
+        rate = count / float(np.median(r["methods"][method]["samples_s"]))
+        # torch.exp splits buffers above ATen's grain (32768 elements) over the threads: L2 and 4 MiB
+        on = 1 if method == "exp_torch_l1" else threads
+        rows.append({"exp": label, "threads": on, "10⁹ exps/s": rate / 1e9, "per thread (10⁹/s)": rate / on / 1e9})
+    return pd.DataFrame(rows)
+
+
+def peers_table(report: Mapping[str, Any]) -> pd.DataFrame:
+    """Every implementation at :data:`TARGET_CONFIG`: time, ratio to nadaraya_watson, fraction of the limit,
+    first call (compile included), and the peers the run skipped, saying why."""
+    cfg = configs_by_name(report).get(TARGET_CONFIG)
+    if cfg is None:
+        return pd.DataFrame([])
+    r = cfg["results"]
+    lim = limit(cfg)
+    rows = []
+    for method in r["methods"]:
+        if method in ALL_RATES:
+            continue
+        s = summary(cfg, method)
+        rows.append(
+            {
+                "implementation": LABELS.get(method, method),
+                "median (ms)": s.median_s * 1e3,
+                "ratio": s.ratio,
+                "paired": s.paired,
+                "fraction of limit": lim.fractions.get(method, math.nan) if lim else math.nan,
+                "first call (s)": float(r.get("first_call_s", {}).get(method, math.nan)),
+                "note": "",
+            }
+        )
+    for method, why in r.get("skipped", {}).items():
+        nan = math.nan
+        row = {"median (ms)": nan, "ratio": nan, "paired": nan, "fraction of limit": nan, "first call (s)": nan}
+        rows.append({"implementation": LABELS.get(method, method), **row, "note": f"skipped: {why}"})
+    return pd.DataFrame(rows)
+
+
+def limit_values(report: Mapping[str, Any]) -> Values:
+    """The limit's sentence and verdict (exact, from the file) and its numbers (measured)."""
+    cfgs = configs_by_name(report)
+    cfg = cfgs.get(TARGET_CONFIG)
+    lim = limit(cfg) if cfg else None
+    machine = report["machine"]
+    isa = machine.get("isa") or "not recorded"
+    fused = machine.get("fused_kernel") or {}
+    measured: dict[str, Any] = {
+        "limit_isa": isa,
+        "limit_fused_built": "built" if fused.get("built") else f"not built ({fused.get('error')})",
+        "limit_load_before": float(report["load_average_before"][0]),
+    }
+    exact: dict[str, Any] = {"limit_target_pct": 100 * LIMIT_TARGET}
+    if lim is None:
+        exact["limit_sentence"] = f"The limit at the target configuration was {NOT_MEASURED}."
+        exact["limit_verdict"] = "was not measured"
+        return Values(exact, measured)
+    nw = lim.fractions["nw"]
+    first = cfg["results"].get("first_call_s", {})
+    exact["limit_verdict"] = "is met" if nw >= LIMIT_TARGET else "is not met"
+    exact["limit_sentence"] = (
+        f"On this {isa} machine the best exp available to torch (ATen's exp_u20 on an L1-resident "
+        f"buffer) ran at {lim.exp_rate_per_core / 1e9:.2f} billion exponentials per second per core, "
+        f"{lim.exp_rate / 1e9:.2f} billion on {lim.threads} threads, and the GEMM at {lim.gemm / 1e9:.0f} GFLOP/s. "
+        f"One call's {lim.exps / 1e6:.0f} million exponentials and {lim.flops / 1e9:.1f} GFLOP therefore need "
+        f"at least {lim.limit_s * 1e3:.0f} ms (bounded by the {lim.limited_by}), or {lim.limit_sum_s * 1e3:.0f} ms "
+        f"if the two cannot overlap; nadaraya_watson took {summary(cfg, 'nw').median_s * 1e3:.0f} ms: "
+        f"{nw:.0%} of the limit and {lim.fractions_of_sum['nw']:.0%} of the sum"
+        + (f" (SDPA: {lim.fractions['sdpa']:.0%} of the limit)" if "sdpa" in lim.fractions else "")
+        + "."
+    )
+    measured |= {
+        "limit_exp_per_core": lim.exp_rate_per_core / 1e9,
+        "limit_ms": lim.limit_s * 1e3,
+        "limit_sum_ms": lim.limit_sum_s * 1e3,
+        "limit_fraction_pct": 100 * nw,
+        "limit_fraction_sum_pct": 100 * lim.fractions_of_sum["nw"],
+        "limit_gap_pct": 100 * (LIMIT_TARGET - nw),
+        "limit_sdpa_fraction_pct": 100 * lim.fractions.get("sdpa", math.nan),
+        "limit_keops_first_call_s": float(first.get("keops", math.nan)),
+        "limit_flex_first_call_s": float(first.get("flex", math.nan)),
+        "limit_inductor_first_call_s": float(first.get("inductor", math.nan)),
+        "limit_fused_build_s": float(fused.get("build_or_load_s") or math.nan),
+    }
+    for method in ("sdpa", "keops", "flex", "inductor"):
+        measured[f"limit_{method}_ratio"] = (
+            summary(cfg, method).ratio if method in cfg["results"]["methods"] else math.nan
+        )
+    return Values(exact, measured)
 
 
 # --------------------------------------------------------------------------------- Gaussian kernel, engine speed
@@ -1005,7 +1253,7 @@ def styled(table: pd.DataFrame, kind: str, *, drop: Sequence[str] = ()) -> Any:
     Parameters
     ----------
     table : pandas.DataFrame
-    kind : {"times", "roofline", "rates", "memory", "statsmodels", "engine"}
+    kind : {"times", "roofline", "rates", "memory", "statsmodels", "limit", "exp_rates", "peers", "engine"}
         Which table (its number formats).
     drop : sequence of str
         Columns left out (e.g. the figure's labels).
@@ -1018,7 +1266,7 @@ def styled(table: pd.DataFrame, kind: str, *, drop: Sequence[str] = ()) -> Any:
         formats = {c: "{:.1f}" for c in table.columns if c.endswith("(MiB)")} | {"peak / bound": "{:.0%}"}
     else:
         formats = _FORMATS[kind]
-    na = {"na_rep": "–"} if kind in ("times", "memory", "engine") else {}
+    na = {"na_rep": "–"} if kind in ("times", "memory", "engine", "peers") else {}
     return table.style.format(formats, **na).hide(axis="index")
 
 

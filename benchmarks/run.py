@@ -30,6 +30,21 @@ What is measured
   R·H·m·n exponentials; the attainable time for that work is
   max(flops / GEMM rate, exps / exp rate), and the roofline fraction is attainable
   time over measured time.
+* The limit, in the same rounds: ATen's ``Vectorized<float>::exp_u20`` (the best vectorised exp
+  torch has, and the one nwlib's fused kernel uses in float32) looped over a 16 KiB buffer per
+  thread, resident in L1, on every thread at once (``exp_l1``; from the fused extension, skipped
+  where it cannot be built), beside Sleef's 1-ulp exp in the same loop and ``torch.exp(out=)`` on
+  16 KiB and 512 KiB buffers. One call needs R·H·m·n exponentials and 2·R·H·m·n·(d + p) flops
+  (the fused kernel's products); the limit is max(exps / exp rate, flops / GEMM rate) and the
+  fraction of the limit is the limit over the measured time (``results["limit"]``), also for
+  every peer; the sum of the two times is recorded too (the bound where both share the units).
+* Peers beside the estimators at the target configuration: SDPA with padded values (what
+  ``nadaraya_watson`` runs where its fused kernel does not apply), KeOps (``pykeops``, the
+  ``bench`` extra; compiled into a fresh build folder on its first call), and the compiled
+  candidates ``flex_attention`` and the materialised softmax under ``torch.compile``. The
+  warm-up call's time is recorded as ``first_call_s`` (compiles included) and never timed in the
+  rounds; an optional peer that is absent or fails to compile is skipped, saying why
+  (``results["skipped"]``). A quick run leaves out KeOps and the compiled candidates.
 * Peak memory: one fresh process per case, as the peak of live tensor bytes during
   the call (:mod:`benchmarks._memprobe` explains the measure and how it is checked
   against known allocations, recorded with the results), with the rise of the
@@ -40,7 +55,8 @@ Targets (CPU, float32, R=64, H=8, m=256, n=2048, d=8, scalar responses, exp
 kernel): at least 5x faster than the materialised softmax and 4x faster than the
 NumPy loop, as ratios of medians in one run; at m = n = 16384, one head, a peak
 memory under 1 GiB for ``nadaraya_watson`` (and for the Monte Carlo engine); and
-for every engine case a live peak within the bound the engine states.
+for every engine case a live peak within the bound the engine states; at the target
+configuration, at least 70 % of the same-run limit, and faster than every peer timed there.
 """
 
 from __future__ import annotations
@@ -68,12 +84,16 @@ import numpy as np
 import torch
 
 from benchmarks.references import (
+    compiled_flex_attention,
+    compiled_softmax,
     from_model_layout,
     identity_mha,
+    keops_nw,
     materialised_gaussian,
     materialised_softmax,
     numpy_loop,
     numpy_loop_gaussian,
+    sdpa_padded,
     sdpa_unpadded,
     statsmodels_nw,
     to_model_layout,
@@ -95,7 +115,15 @@ METHODS = {
     "statsmodels": "statsmodels KernelReg (reg_type='lc', fixed bw, Gaussian)",
     "simulate": "nwlib.simulate end to end (data drawn, projected, estimated)",
     "gemm": "reference GEMM (machine throughput)",
-    "exp": "reference torch.exp over a cache-sized buffer (machine throughput)",
+    "exp": "reference torch.exp over a 4 MiB buffer (machine throughput, the old roofline)",
+    "sdpa": "scaled_dot_product_attention, values padded to the key width (nadaraya_watson's SDPA path)",
+    "keops": "KeOps LazyTensor sumsoftmaxweight (pykeops)",
+    "flex": "flex_attention under torch.compile",
+    "inductor": "materialised softmax under torch.compile (inductor)",
+    "exp_l1": "ATen Vectorized<float>::exp_u20 loop, a 16 KiB buffer per thread (the limit's exp rate)",
+    "exp_l1_sleef": "ATen Vectorized<float>::exp (Sleef, 1 ulp) loop, a 16 KiB buffer per thread",
+    "exp_torch_l1": "torch.exp(out=) over a 16 KiB buffer (L1), repeated",
+    "exp_torch_l2": "torch.exp(out=) over a 512 KiB buffer (L2), repeated",
 }
 GAUSSIAN_METHODS = {
     "materialised": "softmax(-cdist(Q, K)²/(2h²)) V, weights formed",
@@ -105,10 +133,18 @@ TARGETS = {"materialised": 5.0, "numpy_loop": 4.0}
 TARGET_CONFIG = "cpu-float32-scalar"
 CONTROL = "control"
 # Participants that compute no NW estimate (machine rates) or not on the same data (simulate).
-NOT_COMPARED = ("gemm", "exp", "simulate")
+RATES = ("gemm", "exp", "exp_l1", "exp_l1_sleef", "exp_torch_l1", "exp_torch_l2")
+NOT_COMPARED = (*RATES, "simulate")
+# Peers that may be missing (not installed, no compiler, a failed compile): skipped, saying why.
+OPTIONAL = ("keops", "flex", "inductor", "exp_l1", "exp_l1_sleef")
+PEERS = ("materialised", "numpy_loop", "sdpa", "sdpa_unpadded", "mha", "mha_need_weights", "keops", "flex", "inductor")
+LIMIT_TARGET = 0.7  # nadaraya_watson at >= 70 % of the same-run limit at TARGET_CONFIG
 # Agreement required between every implementation and nadaraya_watson before timing.
 AGREEMENT = {torch.float32: 1e-4, torch.float64: 1e-10}
 EXP_NUMEL, EXP_REPEATS = 2**20, 64  # 4 MiB of float32 in, 4 out: cache-resident on a server CPU
+# The limit's exp rates: 16 KiB in + 16 KiB out per thread fits a 32 KiB+ L1d; 512 KiB an L2.
+L1_NUMEL, L2_NUMEL, LIMIT_EXPS = 4096, 2**17, 2**27
+_KEOPS_FOLDER: list[str] = []  # the run's KeOps build folder, made on first use
 
 
 @dataclass
@@ -143,6 +179,11 @@ class Config:
     def nw_flops(self) -> float:
         width = max(self.d, self.p or 1)
         return 4.0 * self.R * self.H * self.m * self.n * width
+
+    @property
+    def fused_flops(self) -> float:
+        """The products nwlib's fused kernel does: 2·d per logit and 2·p per weighted value (no padding)."""
+        return 2.0 * self.R * self.H * self.m * self.n * (self.d + (self.p or 1))
 
     @property
     def nw_exps(self) -> float:
@@ -223,6 +264,57 @@ def _callables(cfg: Config) -> dict[str, Callable]:
                 calls[method] = lambda qn=qn, kn=kn, vn=vn: numpy_loop_gaussian(qn, kn, vn, h)
             else:
                 calls[method] = lambda qn=qn, kn=kn, vn=vn: numpy_loop(qn, kn, vn, scale)
+        elif method == "sdpa":
+            calls[method] = lambda: sdpa_padded(q, k, v, scale)
+        elif method == "keops":
+            try:
+                import pykeops
+            except ImportError as exc:
+                cfg.results.setdefault("skipped", {})[method] = f"pykeops not installed ({exc}); pip install '.[bench]'"
+                continue
+            if not _KEOPS_FOLDER:
+                # A fresh build folder, so that the first call's time is KeOps' compile, not a cache hit.
+                import tempfile
+
+                _KEOPS_FOLDER.append(tempfile.mkdtemp(prefix="nwlib-bench-keops-"))
+                pykeops.set_build_folder(_KEOPS_FOLDER[0])
+            cfg.results["keops_build_folder"] = "fresh (first call compiles)"
+            calls[method] = lambda: keops_nw(q, k, v, scale)
+        elif method == "flex":
+            flex = compiled_flex_attention()
+            calls[method] = lambda flex=flex: flex(q, k, v, scale)
+        elif method == "inductor":
+            ind = compiled_softmax()
+            calls[method] = lambda ind=ind: ind(q, k, v, scale)
+        elif method in ("exp_l1", "exp_l1_sleef"):
+            from nwlib import _fused
+
+            mod = _fused.module()
+            if mod is None:
+                cfg.results.setdefault("skipped", {})[method] = f"no fused extension: {_fused.STATE['error']}"
+                continue
+            threads = torch.get_num_threads()
+            gen = torch.Generator().manual_seed(0)
+            xl1 = torch.rand(threads, L1_NUMEL, generator=gen).mul_(-20.0)
+            reps = LIMIT_EXPS // (threads * L1_NUMEL)
+            fast = method == "exp_l1"
+            calls[method] = lambda xl1=xl1, reps=reps, fast=fast, mod=mod: mod.exp_rate(xl1, reps, fast)
+            cfg.results[f"{method}_count"] = float(reps * threads * L1_NUMEL)
+            cfg.results[f"{method}_threads"] = threads
+        elif method in ("exp_torch_l1", "exp_torch_l2"):
+            numel = L1_NUMEL if method == "exp_torch_l1" else L2_NUMEL
+            gen = torch.Generator().manual_seed(0)
+            xb = torch.rand(numel, generator=gen, dtype=torch.float32).mul_(-20.0)
+            yb = torch.empty_like(xb)
+            reps = max(1, LIMIT_EXPS // 8 // numel)
+
+            def torch_exp(xb=xb, yb=yb, reps=reps):
+                for _ in range(reps):
+                    torch.exp(xb, out=yb)
+                return yb
+
+            calls[method] = torch_exp
+            cfg.results[f"{method}_count"] = float(reps * numel)
         elif method == "sdpa_unpadded":
             if gaussian or cfg.p is not None:
                 raise ValueError("sdpa_unpadded compares the exp kernel with scalar responses")
@@ -287,10 +379,20 @@ def run_config(cfg: Config, rounds: int, rng: random.Random, pause: float = 0.0)
     if "statsmodels" in calls:
         reference = reference[:1, :1]
     agreement = {}
-    for name, call in calls.items():  # doubles as the warm-up
+    first_call = cfg.results.setdefault("first_call_s", {})
+    for name, call in list(calls.items()):  # doubles as the warm-up (and the compile of compiled peers)
         _sync(device)
-        out = call()
+        t0 = time.perf_counter()
+        try:
+            out = call()
+        except Exception as exc:
+            if name not in OPTIONAL:
+                raise
+            cfg.results.setdefault("skipped", {})[name] = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+            del calls[name]
+            continue
         _sync(device)
+        first_call[name] = time.perf_counter() - t0
         if name == "simulate":
             if tuple(out.shape) != (cfg.R, cfg.H, cfg.m) or not bool(torch.isfinite(out).all()):
                 raise RuntimeError(f"{cfg.name}: simulate returned shape {tuple(out.shape)} or non-finite values")
@@ -325,7 +427,7 @@ def run_config(cfg: Config, rounds: int, rng: random.Random, pause: float = 0.0)
     for name, ts in samples.items():
         q1, med, q3 = (float(x) for x in np.quantile(ts, [0.25, 0.5, 0.75]))
         entry = {"median_s": med, "q1_s": q1, "q3_s": q3, "samples_s": ts}
-        if name not in ("nw", "gemm", "exp"):
+        if name != "nw" and name not in RATES:
             entry["ratio_to_nw"] = med / nw_med
             entry["paired_ratio_median"] = statistics.median(t / s for t, s in zip(ts, samples["nw"], strict=True))
             if name in agreement:
@@ -364,6 +466,11 @@ def run_config(cfg: Config, rounds: int, rng: random.Random, pause: float = 0.0)
             "fraction": max(gemm_s, exp_s) / nw_med,
             "fraction_paired_median": statistics.median(paired),
         }
+    for rate in ("exp_l1", "exp_l1_sleef", "exp_torch_l1", "exp_torch_l2"):
+        if rate in samples:
+            r[f"{rate}_gexps"] = r[f"{rate}_count"] / statistics.median(samples[rate]) / 1e9
+    if "gemm" in samples and "exp_l1" in samples:
+        r["limit"] = _limit(cfg, samples)
     if "simulate" in samples:
         sim_med = statistics.median(samples["simulate"])
         r["replicates_per_s"] = cfg.R / sim_med
@@ -403,6 +510,49 @@ def run_config(cfg: Config, rounds: int, rng: random.Random, pause: float = 0.0)
             r["chunk_size_note"] = f"{type(exc).__name__}: {exc}"
 
 
+def _limit(cfg: Config, samples: dict[str, list[float]]) -> dict:
+    """The machine's limit for one call, from the rates measured in the same rounds.
+
+    One call needs R·H·m·n exponentials and :attr:`Config.fused_flops` flops. At the rates of
+    the best exp torch has (``exp_u20`` over an L1-resident buffer on every thread) and of a
+    large GEMM, it needs at least max(exps / exp rate, flops / GEMM rate): the limit. Where the
+    exponentials and the products share the same vector units, their times add: ``limit_sum_s``.
+    The fraction is the limit over the measured time, per round (paired) and of the medians.
+    """
+    r = cfg.results
+    exp_rate = r["exp_l1_count"] / statistics.median(samples["exp_l1"])
+    gemm_rate = r["gemm_flops"] / statistics.median(samples["gemm"])
+    exp_s, flop_s = cfg.nw_exps / exp_rate, cfg.fused_flops / gemm_rate
+    limit = {
+        "exps": cfg.nw_exps,
+        "flops": cfg.fused_flops,
+        "exp_rate_per_s": exp_rate,
+        "exp_rate_per_core_per_s": exp_rate / r["exp_l1_threads"],
+        "threads": r["exp_l1_threads"],
+        "gemm_rate_flops_per_s": gemm_rate,
+        "exp_time_s": exp_s,
+        "flop_time_s": flop_s,
+        "limit_s": max(exp_s, flop_s),
+        "limit_sum_s": exp_s + flop_s,
+        "limited_by": "exp" if exp_s >= flop_s else "gemm",
+        "fractions": {},
+    }
+    for name in ("nw", *PEERS):
+        if name not in samples:
+            continue
+        paired = [
+            max(cfg.nw_exps * te / r["exp_l1_count"], cfg.fused_flops * tg / r["gemm_flops"]) / t
+            for te, tg, t in zip(samples["exp_l1"], samples["gemm"], samples[name], strict=True)
+        ]
+        med = statistics.median(samples[name])
+        limit["fractions"][name] = {
+            "fraction": limit["limit_s"] / med,
+            "fraction_paired_median": statistics.median(paired),
+            "fraction_of_sum": limit["limit_sum_s"] / med,
+        }
+    return limit
+
+
 def measure_memory(spec: dict, timeout: float = 600.0) -> dict:
     """Run :mod:`benchmarks._memprobe` on ``spec`` in a fresh process."""
     proc = subprocess.run(
@@ -428,6 +578,15 @@ def build_configs(device: str, quick: bool) -> list[Config]:
             methods = ["materialised"] + (["numpy_loop"] if on_cpu else [])
             if p is None and dtype == "float32" and on_cpu:
                 methods += ["sdpa_unpadded"]
+            methods += ["sdpa"]  # nadaraya_watson's SDPA path, side by side with its fused kernel
+            if dtype == "float32" and on_cpu and not quick:  # quick: no KeOps compile
+                methods += ["keops"]
+            if p is None and dtype == "float32" and on_cpu:
+                # the compiled candidates (not in a quick run: a minute of compiling) and the
+                # limit's exp rates, at the target configuration
+                methods += ([] if quick else ["flex", "inductor"]) + ["exp_l1_sleef", "exp_torch_l1", "exp_torch_l2"]
+            if on_cpu and dtype == "float32":  # the limit's exp is float32's (exp_u20)
+                methods += ["exp_l1"]
             if p == d:  # MHA's heads return vectors of the head dimension
                 methods += ["mha", "mha_need_weights"]
             configs.append(
@@ -461,7 +620,10 @@ def build_configs(device: str, quick: bool) -> list[Config]:
             n=n,
             d=d,
             p=None,
-            methods=["materialised"] + (["numpy_loop"] if on_cpu else []) + ["gemm", "exp"],
+            methods=["materialised"]
+            + (["numpy_loop"] if on_cpu else [])
+            + ["gemm", "exp"]
+            + (["exp_l1"] if on_cpu else []),
             kernel="gaussian",
             bandwidth=scott_bandwidth(n, d),
         )
@@ -481,7 +643,7 @@ def build_configs(device: str, quick: bool) -> list[Config]:
             d=ed,
             p=None,
             D=eD,
-            methods=["simulate", "gemm", "exp"],
+            methods=["simulate", "gemm", "exp"] + (["exp_l1"] if on_cpu else []),
             kernel="gaussian",
         )
     )
@@ -711,6 +873,17 @@ def machine_info(devices: list[str]) -> dict:
             if k in os.environ
         },
     }
+    from nwlib import _fused
+
+    mod = _fused.module()
+    info["fused_kernel"] = {
+        "built": mod is not None,
+        "capability": _fused.STATE.get("capability"),
+        "error": _fused.STATE.get("error"),
+        "build_or_load_s": _fused.STATE.get("build_s"),
+        "enabled": _fused.enabled(),
+    }
+    info["isa"] = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "neither AVX2 nor AVX-512"
     if "cuda" in devices:
         info["cuda_device"] = torch.cuda.get_device_name(0)
         info["cuda_version"] = torch.version.cuda
@@ -735,6 +908,39 @@ def evaluate_targets(configs: list[Config], memory: list[dict]) -> list[dict]:
                     "ratio": entry["ratio_to_nw"],
                     "paired_ratio": entry["paired_ratio_median"],
                     "pass": entry["ratio_to_nw"] >= threshold,
+                }
+            )
+    if target_cfg is not None and "limit" in target_cfg.results:
+        lim = target_cfg.results["limit"]
+        frac = lim["fractions"]["nw"]
+        targets.append(
+            {
+                "id": "fraction_of_limit",
+                "description": f"nadaraya_watson at least {LIMIT_TARGET:.0%} of the same-run limit "
+                "(max of exps / L1 exp rate and flops / GEMM rate)",
+                "config": target_cfg.name,
+                "threshold": LIMIT_TARGET,
+                "fraction": frac["fraction"],
+                "fraction_paired": frac["fraction_paired_median"],
+                "fraction_of_sum": frac["fraction_of_sum"],
+                "limited_by": lim["limited_by"],
+                "pass": frac["fraction"] >= LIMIT_TARGET,
+            }
+        )
+    if target_cfg is not None:
+        peers = {k: v for k, v in target_cfg.results["methods"].items() if k in PEERS}
+        if peers:
+            slowest_margin = min(v["ratio_to_nw"] for v in peers.values())
+            targets.append(
+                {
+                    "id": "ahead_of_every_peer",
+                    "description": "nadaraya_watson faster than every peer timed at the target configuration",
+                    "config": target_cfg.name,
+                    "peers": sorted(peers),
+                    "skipped": target_cfg.results.get("skipped", {}),
+                    "closest_ratio": slowest_margin,
+                    "closest_peer": min(peers, key=lambda k: peers[k]["ratio_to_nw"]),
+                    "pass": slowest_margin > 1.0,
                 }
             )
     for rec in memory:
@@ -824,6 +1030,19 @@ def print_report(report: dict) -> None:
                 f"  roofline: attainable {_fmt_time(rf['attainable_s']).strip()} (limited by {rf['limited_by']}), "
                 f"measured {_fmt_time(rf['measured_s']).strip()}: {100 * rf['fraction']:.0f}% of attainable"
             )
+        if "limit" in r:
+            lim = r["limit"]
+            fr = lim["fractions"]["nw"]
+            print(
+                f"  limit: {lim['exp_rate_per_core_per_s'] / 1e9:.2f} Gexp/s per core (exp_u20, L1) "
+                f"x {lim['threads']}, "
+                f"GEMM {lim['gemm_rate_flops_per_s'] / 1e9:.0f} GFLOP/s: {_fmt_time(lim['limit_s']).strip()} "
+                f"(by {lim['limited_by']}; sum {_fmt_time(lim['limit_sum_s']).strip()}); nw at "
+                f"{100 * fr['fraction']:.0f}% (paired {100 * fr['fraction_paired_median']:.0f}%, "
+                f"of the sum {100 * fr['fraction_of_sum']:.0f}%)"
+            )
+        for name, why in r.get("skipped", {}).items():
+            print(f"  skipped {name}: {why}")
         if "replicates_per_s" in r:
             print(f"  simulate: {r['replicates_per_s']:.1f} replicates/s (chunk {r.get('chunk_size_used')})")
     if report["memory"]:
@@ -850,6 +1069,13 @@ def print_report(report: dict) -> None:
         verdict = "PASS" if t["pass"] else "FAIL"
         if "ratio" in t:
             print(f"  {verdict}  {t['description']}: {t['ratio']:.2f}x (paired {t['paired_ratio']:.2f}x)")
+        elif t["id"] == "fraction_of_limit":
+            print(
+                f"  {verdict}  {t['description']}: {100 * t['fraction']:.0f}% "
+                f"(paired {100 * t['fraction_paired']:.0f}%)"
+            )
+        elif t["id"] == "ahead_of_every_peer":
+            print(f"  {verdict}  {t['description']}: closest {t['closest_peer']} at {t['closest_ratio']:.2f}x")
         elif t["id"] == "engine_within_bound":
             extra = f"; above: {', '.join(t['failing'])}" if t["failing"] else ""
             extra += f"; not measured: {', '.join(t['not_measured'])}" if t["not_measured"] else ""

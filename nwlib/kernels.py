@@ -11,10 +11,13 @@ K(q, k) = exp(−‖q − k‖² / (2h²)) reduces to the same softmax because
 −‖q − k‖²/(2h²) = ⟨q, k⟩/h² − ‖k‖²/(2h²) − ‖q‖²/(2h²) and the last term is
 constant per query, so it cancels; the middle term becomes an additive mask.
 
-Both kernels go through :func:`torch.nn.functional.scaled_dot_product_attention`,
-which never materialises the (m, n) weight matrix on its fused paths and
-subtracts the row maximum before exponentiating, so small bandwidths and far
-queries stay finite in float32.
+Both kernels go through a fused softmax-attention kernel that never
+materialises the (m, n) weight matrix and subtracts a running row maximum before
+exponentiating, so small bandwidths and far queries stay finite in float32: on
+the CPU without autograd, nwlib's own kernel for small head dimensions
+(:mod:`nwlib._fused`, compiled on first use, measured in ``benchmarks/run.py``);
+otherwise, or where it cannot be built,
+:func:`torch.nn.functional.scaled_dot_product_attention`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import _fused
 from ._validation import (
     broadcast_batch,
     require_choice,
@@ -239,11 +243,16 @@ def _attention(
     batch: torch.Size,
     scale: float,
 ) -> Tensor:
-    """softmax(scale·(⟨q, k⟩ + offset(k))) v through SDPA's fused CPU kernel.
+    """softmax(scale·(⟨q, k⟩ + offset(k))) v, by nwlib's fused CPU kernel or SDPA.
 
     ``q`` (*bq, m, d), ``k`` (*bk, n, d), ``v`` (*bv, n, p), ``offset`` (*bk, n) or None;
-    all batch shapes broadcast to ``batch``. Returns (*batch, m, p).
+    all batch shapes broadcast to ``batch``. Returns (*batch, m, p). The fused kernel
+    (:mod:`nwlib._fused`) takes CPU calls without autograd where it is built; everything
+    else (accelerators, gradients, ``torch.func``, no compiler) goes through SDPA.
     """
+    fused = _fused.fused_attention(q, k, v, offset, batch, scale)
+    if fused is not None:
+        return fused
     if offset is not None and offset.requires_grad and torch.is_grad_enabled():
         # SDPA differentiates an attn_mask only on its math path, which materialises the
         # (m, n) weights; as one more coordinate (1 on the queries, the offset on the keys)

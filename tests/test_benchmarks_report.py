@@ -161,7 +161,8 @@ def test_the_schema_targets_and_configuration_are_the_benchmarks_own():
     assert bench.SCHEMA == run.SCHEMA
     assert bench.THRESHOLDS == run.TARGETS
     assert bench.TARGET_CONFIG == run.TARGET_CONFIG
-    assert set(bench.LABELS) == set(run.METHODS) - set(bench.RATES)
+    assert set(bench.LABELS) == set(run.METHODS) - set(bench.ALL_RATES)
+    assert set(bench.ALL_RATES) == set(run.RATES) and bench.LIMIT_TARGET == run.LIMIT_TARGET
 
 
 def test_load_reads_the_current_schema_and_refuses_others(tmp_path, report):
@@ -349,6 +350,67 @@ def test_roofline_values_and_tables(report):
     report["configs"] = report["configs"][1:]
     assert "not measured" in bench.roofline_values(report).exact["roof_sentence"]
     assert math.isnan(bench.roofline_values(report).measured["gemm_gflops"])
+
+
+# ------------------------------------------------------------------------------------------- the limit
+
+
+def with_limit(cfg, *, exp_l1_s=0.05, exp_l1_count=1e8, threads=2, exps=1e8, flops=5e8, peers=("sdpa",)):
+    """Add the limit's rates: exp_u20 at 2e9/s (1e9 per thread) and the GEMM of with_rates (1e11 flop/s).
+
+    The call then needs max(1e8 / 2e9, 5e8 / 1e11) = max(0.05, 0.005) s: 0.05 s, bounded by the
+    exponentials; their sum is 0.055 s.
+    """
+    r = cfg["results"]
+    r["methods"]["exp_l1"] = method([exp_l1_s] * 5)
+    for name in peers:
+        r["methods"][name] = method([3 * t for t in NW], NW)
+    exp_rate, gemm = exp_l1_count / exp_l1_s, r["gemm_flops"] / float(np.median(r["methods"]["gemm"]["samples_s"]))
+    lim = max(exps / exp_rate, flops / gemm)
+    fractions = {m: {"fraction": lim / float(np.median(r["methods"][m]["samples_s"]))} for m in ("nw", *peers)}
+    r.update(exp_l1_count=exp_l1_count, exp_l1_threads=threads,
+             limit={"exps": exps, "flops": flops, "limit_s": lim, "threads": threads, "fractions": fractions})  # fmt: skip
+    return cfg
+
+
+def test_limit_is_the_larger_of_exp_and_flop_time(report):
+    cfg = with_limit(report["configs"][0])
+    lim = bench.limit(cfg)
+    assert lim.exp_rate == pytest.approx(2e9) and lim.exp_rate_per_core == pytest.approx(1e9)
+    assert lim.gemm == pytest.approx(1e11)
+    assert lim.limit_s == pytest.approx(0.05) and lim.limit_sum_s == pytest.approx(0.055)
+    assert lim.limited_by == "exponentials"
+    assert lim.fractions["nw"] == pytest.approx(0.05 / 0.003) and lim.fractions["sdpa"] == pytest.approx(0.05 / 0.009)
+    assert lim.fractions_of_sum["nw"] == pytest.approx(0.055 / 0.003)
+    flop_bound = with_limit(with_rates(config("f")), flops=1e10)
+    assert bench.limit(flop_bound).limited_by == "matrix products"
+    assert bench.limit(flop_bound).limit_s == pytest.approx(0.1)
+    assert bench.limit(report["configs"][1]) is None  # no L1 exp rate timed
+    cfg["results"]["limit"]["limit_s"] = 0.5
+    with pytest.raises(bench.ResultFileError, match="limit"):
+        bench.limit(cfg)
+
+
+def test_limit_values_and_tables(report):
+    with_limit(report["configs"][0])
+    report["machine"]["isa"] = "AVX-512"
+    report["configs"][0]["results"]["skipped"] = {"keops": "pykeops not installed"}
+    v = bench.limit_values(report)
+    assert v.exact["limit_verdict"] == "is met"  # 0.05 s of work in 3 ms: a machine slowed while measuring
+    assert v.exact["limit_sentence"].startswith("On this AVX-512 machine the best exp available to torch")
+    assert "1.00 billion exponentials per second per core, 2.00 billion on 2 threads" in v.exact["limit_sentence"]
+    assert "at least 50 ms (bounded by the exponentials), or 55 ms" in v.exact["limit_sentence"]
+    assert v.measured["limit_fraction_pct"] == pytest.approx(100 * 0.05 / 0.003)
+    assert v.measured["limit_sdpa_ratio"] == pytest.approx(3.0) and math.isnan(v.measured["limit_keops_ratio"])
+    table = bench.limit_table(report)
+    assert table["limit (ms)"].iloc[0] == pytest.approx(50.0) and table["threads"].iloc[0] == 2
+    peers = bench.peers_table(report).set_index("implementation")
+    assert peers.loc[bench.LABELS["sdpa"], "ratio"] == pytest.approx(3.0)
+    assert peers.loc[bench.LABELS["keops"], "note"] == "skipped: pykeops not installed"
+    rates = bench.exp_rates_table(report)
+    assert list(rates["10⁹ exps/s"]) == pytest.approx([2.0, 1.0])  # exp_l1, then the old 4 MiB torch.exp
+    report["configs"] = report["configs"][1:]
+    assert bench.limit_values(report).exact["limit_verdict"] == "was not measured"
 
 
 # ------------------------------------------------------------------------------------------- Gaussian, engine speed
@@ -545,6 +607,11 @@ def test_the_committed_result_file_agrees_with_its_own_summaries():
                     bench.statsmodels_values):  # fmt: skip
         assert isinstance(section(report), bench.Values)
     assert len(bench.times_table(report)) and len(bench.roofline_table(report)) and len(bench.statsmodels_table(report))
+    if "fraction_of_limit" in stored:
+        lim = bench.limit(bench.configs_by_name(report)[bench.TARGET_CONFIG])
+        assert lim.fractions["nw"] == pytest.approx(stored["fraction_of_limit"]["fraction"])
+        assert (lim.fractions["nw"] >= bench.LIMIT_TARGET) == stored["fraction_of_limit"]["pass"]
+        assert len(bench.limit_table(report)) and len(bench.peers_table(report)) and len(bench.exp_rates_table(report))
 
 
 # --- the time profile (make time-profile) ---

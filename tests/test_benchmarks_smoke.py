@@ -125,6 +125,19 @@ def test_statsmodels_is_gaussian_nw():
     torch.testing.assert_close(torch.from_numpy(got), nw, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("p", [None, 3], ids=["scalar", "vector"])
+def test_sdpa_padded_is_nw(dtype, tol, p):
+    q, k, v = _data(dtype, "cpu", p)
+    torch.testing.assert_close(references.sdpa_padded(q, k, v, D**-0.5).double(), _explicit(q, k, v, D**-0.5), **tol)
+
+
+def test_keops_is_nw():
+    pytest.importorskip("pykeops")
+    q, k, v = _data(torch.float32, "cpu", None)
+    got = references.keops_nw(q, k, v, D**-0.5)
+    torch.testing.assert_close(got.double(), _explicit(q, k, v, D**-0.5), rtol=1e-4, atol=1e-5)
+
+
 def _tiny(methods, **kw):
     base = dict(name="t", group="grid", device="cpu", dtype="float32", R=2, H=2, m=8, n=32, d=4, p=None)
     base.update(kw)
@@ -157,6 +170,40 @@ def test_harness_records_agreement_ratios_and_roofline(kernel):
     assert roof["attainable_s"] == pytest.approx(max(gemm_s, exp_s))
     assert roof["fraction"] == pytest.approx(roof["attainable_s"] / methods["nw"]["median_s"])
     assert roof["limited_by"] == ("exp" if exp_s >= gemm_s else "gemm")
+
+
+def test_harness_records_the_limit():
+    from nwlib import _fused
+
+    cfg = _tiny(["sdpa", "gemm", "exp", "exp_l1"])
+    run.run_config(cfg, rounds=2, rng=random.Random(0))
+    r = cfg.results
+    if _fused.module() is None:  # no compiler here: the limit's exp rate is skipped, saying why
+        assert "exp_l1" in r["skipped"] and "limit" not in r
+        return
+    lim, ts = r["limit"], r["methods"]
+    # exps = R H m n, flops = 2 R H m n (d + 1) for scalar responses; the limit is the larger time
+    assert lim["exps"] == 2 * 2 * 8 * 32 and lim["flops"] == 2 * 2 * 2 * 8 * 32 * (4 + 1)
+    exp_rate = r["exp_l1_count"] / ts["exp_l1"]["median_s"]
+    gemm_rate = r["gemm_flops"] / ts["gemm"]["median_s"]
+    assert lim["limit_s"] == pytest.approx(max(lim["exps"] / exp_rate, lim["flops"] / gemm_rate))
+    assert lim["limit_sum_s"] == pytest.approx(lim["exps"] / exp_rate + lim["flops"] / gemm_rate)
+    assert lim["fractions"]["nw"]["fraction"] == pytest.approx(lim["limit_s"] / ts["nw"]["median_s"])
+    assert lim["fractions"]["sdpa"]["fraction"] == pytest.approx(lim["limit_s"] / ts["sdpa"]["median_s"])
+    assert lim["threads"] == torch.get_num_threads() == r["exp_l1_threads"]
+
+
+def test_optional_peer_that_fails_is_skipped_saying_why(monkeypatch):
+    def broken(*args):
+        raise RuntimeError("compile failed")
+
+    monkeypatch.setattr(run, "keops_nw", broken)
+    monkeypatch.setattr(run, "compiled_softmax", lambda: broken)
+    cfg = _tiny(["materialised", "keops", "inductor"])
+    run.run_config(cfg, rounds=1, rng=random.Random(0))
+    assert set(cfg.results["methods"]) == {"nw", "materialised"}
+    assert "compile failed" in cfg.results["skipped"]["inductor"]
+    assert "keops" in cfg.results["skipped"]  # compile failed, or pykeops is not installed
 
 
 def test_harness_refuses_a_wrong_reference(monkeypatch):
@@ -231,6 +278,12 @@ def test_quick_run_records_the_machine_and_the_new_timings(quick_report):
         assert r["gemm_gflops"] > 0 and r["exp_gexps"] > 0
         assert {"attainable_s", "fraction", "limited_by", "measured_s"} <= set(r["roofline"])
     assert "sdpa_unpadded" in configs["cpu-float32-scalar"]["results"]["methods"]
+    assert m["isa"] in ("AVX-512", "AVX2", "neither AVX2 nor AVX-512") and "built" in m["fused_kernel"]
+    target = configs["cpu-float32-scalar"]["results"]
+    assert "sdpa" in target["methods"]
+    if m["fused_kernel"]["built"]:
+        assert target["limit"]["fractions"]["nw"]["fraction"] > 0
+        assert {"fraction_of_limit", "ahead_of_every_peer"} <= {t["id"] for t in report["targets"]}
     engine = configs["cpu-engine-gaussian-H8"]
     assert engine["H"] == 8 and engine["results"]["replicates_per_s"] > 0
     assert engine["results"]["replicates_per_s"] == pytest.approx(

@@ -345,3 +345,79 @@ def test_shared_values_reach_the_kernel_without_per_head_copies():
     merged = _sdpa_view(partly, torch.Size([2, 3, 4]), 40, 8)
     assert merged.shape == (6, 4, 40, 8) and merged.stride(1) == 0
     torch.testing.assert_close(merged, partly.expand(2, 3, 4, 40, 8).reshape(6, 4, 40, 8))
+
+
+# ---------------------------------------------------------------------------------- the fused CPU kernel
+# nadaraya_watson takes nwlib's fused kernel (nwlib/_fused.py) on the CPU without autograd where it
+# is built, and SDPA otherwise. Both paths must give the textbook estimate; the shapes below cover
+# what the kernel special-cases: key counts that are not a multiple of the vector width (padding),
+# query counts that are not a multiple of its query tile, head dimensions 1 to 64, one value column
+# or several, broadcast batches, and logits far above the first keys' (the running-maximum rescale).
+
+
+def _fused_available() -> bool:
+    from nwlib import _fused
+
+    return _fused.enabled() and _fused.module() is not None
+
+
+@pytest.mark.parametrize(
+    "m,n,d,p", [(1, 1, 1, 1), (5, 17, 3, 1), (9, 50, 8, 2), (4, 33, 17, 9), (3, 100, 64, 1), (6, 31, 65, 1)]
+)
+@pytest.mark.parametrize("kernel,bandwidth", [("exp", None), ("gaussian", 0.7)])
+def test_cpu_paths_match_explicit_softmax(dtype, tol, kernel, bandwidth, m, n, d, p, monkeypatch):
+    gen = torch.Generator().manual_seed(m * 1000 + n + d)
+    q, k, v = make_data(gen, "cpu", torch.float64, batch=(2, 3), m=m, n=n, d=d, p=p)
+    h = bandwidth if bandwidth is not None else d**0.25
+    logits = exp_logits(h) if kernel == "exp" else gaussian_logits(h)
+    ref = torch.from_numpy(explicit_softmax_nw(q.numpy(), k.numpy(), v.numpy(), logits)).to(dtype)
+    for fused in ("1", "0"):
+        monkeypatch.setenv("NWLIB_FUSED", fused)
+        out = nadaraya_watson(q.to(dtype), k.to(dtype), v.to(dtype), kernel=kernel, bandwidth=bandwidth)
+        torch.testing.assert_close(out, ref, **tol)
+
+
+def test_fused_kernel_is_taken_where_it_applies(monkeypatch):
+    from nwlib import _fused
+
+    if not _fused_available():
+        pytest.skip(f"fused kernel not built here: {_fused.STATE['error']}")
+    calls = []
+    original = _fused.module
+
+    def counting():
+        calls.append(1)
+        return original()
+
+    monkeypatch.setattr(_fused, "module", counting)
+    q, k, v = torch.randn(2, 5, 4), torch.randn(2, 20, 4), torch.randn(2, 20)
+    nadaraya_watson(q, k, v)
+    assert calls, "a float32 CPU call without autograd must reach the fused kernel"
+    calls.clear()
+    nadaraya_watson(q.requires_grad_(), k, v)  # autograd: SDPA
+    nadaraya_watson(torch.randn(2, 5, 65), torch.randn(2, 20, 65), v)  # head dimension above 64: SDPA
+    monkeypatch.setenv("NWLIB_FUSED", "0")
+    nadaraya_watson(q.detach(), k, v)
+    assert not calls
+
+
+def test_failed_build_falls_back_to_sdpa(monkeypatch):
+    from nwlib import _fused
+
+    monkeypatch.setattr(_fused, "STATE", {"module": None, "tried": True, "error": "no compiler", "build_s": None})
+    q, k, v = torch.randn(3, 6, 2, dtype=torch.float64), torch.randn(3, 40, 2, dtype=torch.float64), torch.randn(3, 40)
+    ref = torch.softmax(q @ k.mT / 2**0.5, dim=-1) @ v.double().unsqueeze(-1)
+    torch.testing.assert_close(nadaraya_watson(q, k, v.double()), ref.squeeze(-1), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_running_maximum_rescales_late_large_logits(dtype):
+    # Logits growing along the keys by far more than the kernel's headroom (16): every rescale of
+    # the running sums is exercised, and the last keys dominate the weights.
+    n = 200
+    k = torch.linspace(0, 60, n, dtype=torch.float64).unsqueeze(-1)
+    q = torch.tensor([[1.0], [0.5], [-1.0]], dtype=torch.float64)
+    v = torch.randn(n, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    ref = torch.softmax(q @ k.mT, dim=-1) @ v
+    out = nadaraya_watson(q.to(dtype), k.to(dtype), v.to(dtype), bandwidth=1.0)
+    torch.testing.assert_close(out, ref.to(dtype), **{torch.float32: dict(rtol=1e-4, atol=1e-5)}.get(dtype, {}))
