@@ -111,15 +111,22 @@ def pdf_table(rows: list[tuple[bool, list[str]]]) -> nodes.Element:
     return table_node(rows)
 
 
+MAX_COLWIDTH = 40
+"""The widest column, relative to the others (a long text column wraps within it)."""
+
+
 def table_node(rows: list[tuple[bool, list[str]]]) -> nodes.table:
     """A docutils table of text cells: header rows first, then the body."""
     width = len(rows[0][1])
     group = nodes.tgroup(cols=width)
     # column widths in proportion to their longest text (bounded), given to the LaTeX writer so
-    # that it makes wrapping paragraph columns that fit the text width, not columns as wide as a line
+    # that it makes wrapping paragraph columns that fit the text width, not columns as wide as a line;
+    # a column is never narrower than its longest word (with room for the cell padding), which it
+    # cannot wrap: "< 0.0001" beside two long text columns would otherwise be cut
     for column in range(width):
         longest = max(len(cells[column]) for _, cells in rows)
-        group += nodes.colspec(colwidth=min(max(longest, 4), 60))
+        word = max((len(w) for _, cells in rows for w in cells[column].split()), default=0)
+        group += nodes.colspec(colwidth=max(min(max(longest, 4), MAX_COLWIDTH), min(word + 4, MAX_COLWIDTH)))
     head_rows = [cells for is_head, cells in rows if is_head]
     body_rows = [cells for is_head, cells in rows if not is_head]
     for part, part_rows in ((nodes.thead, head_rows), (nodes.tbody, body_rows)):
