@@ -32,7 +32,7 @@ def test_table_node_has_given_widths_and_header():
     node = latex_glue.table_node([(True, ["a", "long column"]), (False, ["1", "x" * 100])])
     assert "colwidths-given" in node["classes"]
     widths = [c["colwidth"] for c in node.findall(latex_glue.nodes.colspec)]
-    assert widths == [5, latex_glue.MAX_COLWIDTH]  # bounded below (a word and its padding) and above
+    assert widths == [6, latex_glue.MAX_COLWIDTH]  # bounded below (a word and its padding) and above
     assert node.astext().split()[:2] == ["a", "long"]
 
 
@@ -40,7 +40,7 @@ def test_a_narrow_column_keeps_room_for_its_longest_word():
     long = "a finding stated in a whole sentence that wraps over several lines " * 2
     rows = [(True, ["finding", "Holm p", "power"]), (False, [long, "< 0.0001", "1.000"])]
     widths = [c["colwidth"] for c in latex_glue.table_node(rows).findall(latex_glue.nodes.colspec)]
-    assert widths == [latex_glue.MAX_COLWIDTH, len("0.0001") + 4, len("power") + 4]
+    assert widths == [latex_glue.MAX_COLWIDTH, len("0.0001") + 5, len("power") + 5]
 
 
 def test_math_delimiters_and_output_wrapping():

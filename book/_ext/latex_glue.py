@@ -111,7 +111,7 @@ def pdf_table(rows: list[tuple[bool, list[str]]]) -> nodes.Element:
     return table_node(rows)
 
 
-MAX_COLWIDTH = 40
+MAX_COLWIDTH = 30
 """The widest column, relative to the others (a long text column wraps within it)."""
 
 
@@ -126,7 +126,7 @@ def table_node(rows: list[tuple[bool, list[str]]]) -> nodes.table:
     for column in range(width):
         longest = max(len(cells[column]) for _, cells in rows)
         word = max((len(w) for _, cells in rows for w in cells[column].split()), default=0)
-        group += nodes.colspec(colwidth=max(min(max(longest, 4), MAX_COLWIDTH), min(word + 4, MAX_COLWIDTH)))
+        group += nodes.colspec(colwidth=max(min(max(longest, 4), MAX_COLWIDTH), min(word + 5, MAX_COLWIDTH)))
     head_rows = [cells for is_head, cells in rows if is_head]
     body_rows = [cells for is_head, cells in rows if not is_head]
     for part, part_rows in ((nodes.thead, head_rows), (nodes.tbody, body_rows)):
