@@ -190,8 +190,9 @@ class CorpusStates:
         return float(self.mask.sum(1).double().pow(2).sum() / self.mask.sum())
 
 
-def _encoder_device(encoder: NWBertEncoder) -> torch.device:
-    return next(encoder.parameters()).device
+def _model_device(model: torch.nn.Module) -> torch.device:
+    """Where a model's weights live (the encoder's or the decoder's): its inputs go there."""
+    return next(model.parameters()).device
 
 
 def encode_corpus(encoder: NWBertEncoder, tokenizer: Any, texts: Sequence[str]) -> CorpusStates:
@@ -220,7 +221,7 @@ def encode_corpus(encoder: NWBertEncoder, tokenizer: Any, texts: Sequence[str]) 
         raise TypeError(f"encoder must be an NWBertEncoder, got {type(encoder).__name__}")
     texts = list(texts) if isinstance(texts, Sequence) and not isinstance(texts, str) else texts
     batch = encode(tokenizer, texts)  # checks texts
-    dev = _encoder_device(encoder)
+    dev = _model_device(encoder)
     with torch.no_grad():
         hidden = encoder(batch.input_ids.to(dev), batch.attention_mask.to(dev), batch.token_type_ids.to(dev))
     return CorpusStates(list(texts), batch, batch.attention_mask.bool(), hidden)
@@ -387,7 +388,7 @@ def layer_geometry(encoder: NWBertEncoder, states: CorpusStates, random_law: Map
         raise ValueError(f"random_law must hold draws of {sorted(missing)}")
     cfg = encoder.config
     H, d_k = cfg.num_attention_heads, cfg.head_dim
-    dev = _encoder_device(encoder)
+    dev = _model_device(encoder)
     hidden, mask = states.hidden, states.mask
     rows = []
     for layer in range(cfg.num_hidden_layers):
@@ -564,7 +565,7 @@ def head_statistics(encoder: NWBertEncoder, states: CorpusStates, layer: int) ->
     layer = require_positive_int(layer, "layer", minimum=0)
     if layer >= encoder.config.num_hidden_layers:
         raise ValueError(f"layer must be < num_hidden_layers = {encoder.config.num_hidden_layers}, got {layer}")
-    dev = _encoder_device(encoder)
+    dev = _model_device(encoder)
     H = encoder.config.num_attention_heads
     p = encoder.projections(layer)
     x_all, mask, attention_mask = states.hidden[layer], states.mask, states.batch.attention_mask
@@ -669,10 +670,6 @@ def work_bootstrap(
 # --- the second model: a decoder with grouped-query attention ---------------------------------
 
 
-def _decoder_device(decoder: NWLlamaDecoder) -> torch.device:
-    return next(decoder.parameters()).device
-
-
 def decode_corpus(decoder: NWLlamaDecoder, tokenizer: Any, texts: Sequence[str]) -> CorpusStates:
     """Tokenise ``texts`` (right-padded to the longest) and run the decoder on them, without gradients.
 
@@ -693,7 +690,7 @@ def decode_corpus(decoder: NWLlamaDecoder, tokenizer: Any, texts: Sequence[str])
         raise TypeError(f"decoder must be an NWLlamaDecoder, got {type(decoder).__name__}")
     texts = list(texts) if isinstance(texts, Sequence) and not isinstance(texts, str) else texts
     batch = encode(tokenizer, texts)  # checks texts
-    dev = _decoder_device(decoder)
+    dev = _model_device(decoder)
     with torch.no_grad():
         hidden = decoder(batch.input_ids.to(dev), batch.attention_mask.to(dev))
     return CorpusStates(list(texts), batch, batch.attention_mask.bool(), hidden)
@@ -758,7 +755,7 @@ def decoder_geometry(
     for name, law in (("random_query", random_query), ("random_kv", random_kv)):
         if "HDI" not in law:
             raise ValueError(f"{name} must hold draws of 'HDI'")
-    cfg, dev = decoder.config, _decoder_device(decoder)
+    cfg, dev = decoder.config, _model_device(decoder)
     rows = []
     for layer in range(cfg.num_hidden_layers):
         p = decoder.projections(layer)
@@ -810,7 +807,7 @@ def decoder_head_statistics(decoder: NWLlamaDecoder, states: CorpusStates, layer
     layer = require_positive_int(layer, "layer", minimum=0)
     if layer >= decoder.config.num_hidden_layers:
         raise ValueError(f"layer must be < num_hidden_layers = {decoder.config.num_hidden_layers}, got {layer}")
-    dev, H = _decoder_device(decoder), decoder.config.num_attention_heads
+    dev, H = _model_device(decoder), decoder.config.num_attention_heads
     p = decoder.projections(layer)
     ent, eff, contribs = [], [], []
     G = decoder.config.group_size

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from .._validation import require_positive_finite, require_positive_int, require_tensor
 from ..kernels import nadaraya_watson
 from ..multihead import split_projection
+from .pretrained import _folder
 
 __all__ = [
     "SMOLLM2_FILE",
@@ -96,9 +97,7 @@ def smollm2_path() -> Path:
 
 
 def _file(path: object, name: str = "path") -> Path:
-    if not isinstance(path, (str, Path)):
-        raise TypeError(f"{name} must be a str or pathlib.Path, got {type(path).__name__}")
-    file = Path(path)
+    file = _folder(path, name)  # the same str-or-Path check as the encoder's loaders
     if not file.is_file():
         raise FileNotFoundError(f"{name} {file} is not a file")
     return file
