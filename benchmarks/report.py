@@ -82,6 +82,9 @@ __all__ = [
     "time_profile",
     "time_profile_table",
     "styled_time_profile",
+    "full_profile",
+    "full_profile_table",
+    "full_profile_values",
     "summary",
     "target_values",
     "targets_table",
@@ -1371,3 +1374,136 @@ def styled_time_profile(table: pd.DataFrame) -> Any:
     return table.style.format({c: (lambda v: "–" if v == 0 else f"{v:.1f}") for c in seconds}).set_table_attributes(
         'class="time-profile"'
     )
+
+
+# --- what the full profile costs (tools/full_profile.py) --------------------------------------------
+
+FULL_PROFILE_FILE = "full-profile.json"
+
+
+def full_profile(*, results: str | Path | None = None) -> dict[str, Any] | None:
+    """The record ``tools/full_profile.py`` wrote, or None where it has not run.
+
+    Parameters
+    ----------
+    results : str or Path, optional
+        The folder of result files; default :data:`RESULTS`.
+    """
+    file = Path(RESULTS if results is None else results) / FULL_PROFILE_FILE
+    if not file.is_file():
+        return None
+    record = json.loads(file.read_text())
+    if not isinstance(record, dict) or not isinstance(record.get("notebooks"), list):
+        raise ResultFileError(f"{file}: not a full-profile record (no 'notebooks' list)")
+    return record
+
+
+def _minutes(seconds: float) -> str:
+    """A duration in words a reader compares at a glance: seconds under 2 min, minutes under 2 h, else hours."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0) -> pd.DataFrame:
+    """One row per notebook: how its full-profile time was found, the reduced runs, the time and the executor.
+
+    Columns: "notebook", "full profile" (the time, :func:`_minutes`), "how" ("measured" or
+    "extrapolated"), "reduced runs" (each fraction f and its time; a run whose only failure was an
+    asserted finding not established at that size, in its last cell, is marked), "fixed part" (the intercept a
+    of t(f) = a + b f: what does not scale), "seconds" (the time, for sorting and sums) and
+    "grid" (whether the notebook's grid runs through ``run_sweep``: the executor it can spread it
+    over; "–" for a notebook under ``sweep_minutes`` that has none). A last row "all" sums them.
+
+    Parameters
+    ----------
+    record : Mapping
+        From :func:`full_profile`.
+    sweep_minutes : float
+        The time above which a notebook must run its grid through ``run_sweep``.
+
+    Raises
+    ------
+    ResultFileError
+        If an extrapolated row's time is not a + b (the record contradicts itself) or a run failed.
+    """
+    rows = []
+    for entry in record["notebooks"]:
+        name = entry["notebook"]
+        if entry.get("status") != "ok":
+            raise ResultFileError(f"{name}: its run did not finish ({entry.get('status')!r})")
+        seconds = float(entry["full_s"])
+        if entry["how"] == "extrapolated":
+            a, b = float(entry["intercept_s"]), float(entry["slope_s"])
+            if abs(a + b - seconds) > 0.2:
+                raise ResultFileError(f"{name}: full_s {seconds} is not intercept + slope = {a + b:.1f}")
+            runs = "; ".join(
+                f"f = {r['fraction']:g}: {_minutes(float(r['seconds']))}"
+                + ("" if r.get("status", "ok") == "ok" else " (a finding not established)")
+                for r in entry["runs"]
+            )
+            fixed = _minutes(a)
+        else:
+            runs, fixed = "–", "–"
+        if entry.get("sweep"):
+            grid = "run_sweep"
+        else:
+            grid = "serial only" if seconds > 60 * sweep_minutes else "–"
+        rows.append(
+            {
+                "notebook": _short_notebook(name),
+                "full profile": _minutes(seconds),
+                "how": entry["how"],
+                "reduced runs": runs,
+                "fixed part": fixed,
+                "grid": grid,
+                "seconds": seconds,
+            }
+        )
+    table = pd.DataFrame(rows)
+    total = float(table["seconds"].sum())
+    all_row = {"notebook": "all", "full profile": _minutes(total), "how": "sum", "reduced runs": "–"}
+    table.loc[len(table)] = {**all_row, "fixed part": "–", "grid": "–", "seconds": total}
+    return table
+
+
+def full_profile_values(record: Mapping[str, Any], *, sweep_minutes: float = 30.0) -> dict[str, Any]:
+    """What the pages quote from the full-profile record (informational: the machine's times).
+
+    Keys: ``full_profile_machine`` (CPU, cores, date and commit), ``full_profile_total_h`` (all
+    notebooks, hours), ``full_profile_longest`` (the longest notebook and its time),
+    ``full_profile_over`` (the notebooks over ``sweep_minutes``, in words) and
+    ``full_profile_distributed`` (the two-worker check, when the record has one).
+    """
+    table = full_profile_table(record, sweep_minutes=sweep_minutes).iloc[:-1]
+    longest = table.loc[table["seconds"].idxmax()]
+    over = table[table["seconds"] > 60 * sweep_minutes]
+    values: dict[str, Any] = {
+        "full_profile_machine": f"{record.get('machine', '?')}, {record.get('cpus', '?')} CPU cores, "
+        f"{record.get('date', '?')}, commit {record.get('commit', '?')}",
+        "full_profile_total_h": float(table["seconds"].sum()) / 3600,
+        "full_profile_longest": f"{longest['notebook']} ({longest['full profile']})",
+        "full_profile_over": ", ".join(f"{r['notebook']} ({r['full profile']})" for _, r in over.iterrows()) or "none",
+    }
+    check = record.get("distributed")
+    if check:
+        values["full_profile_distributed"] = (
+            f"{_short_notebook(check['notebook'])} at f = {check['fraction']:g} on {check['executor']}: "
+            f"{check['agree']} of {check['values']} verified values agree with the serial run, {check['identical']} "
+            f"of them bit for bit ({_minutes(check['seconds'])} against {_minutes(check['serial_seconds'])} serially)"
+        )
+    else:
+        values["full_profile_distributed"] = "not run"
+    checks = []
+    for c in record.get("checks", []):
+        if c.get("status") != "ok":
+            continue
+        took, predicted = float(c["seconds"]), float(c["predicted_s"])
+        checks.append(
+            f"{_short_notebook(c['notebook'])} at f = {c['fraction']:g} took {_minutes(took)} against "
+            f"{_minutes(predicted)} predicted by the line ({took / predicted - 1:+.0%})"
+        )
+    values["full_profile_check"] = "; ".join(checks) if checks else "no third fraction was run"
+    return values

@@ -176,6 +176,13 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
         params = load_parameters(args.profile, nb)
     except Exception as err:  # missing or malformed parameter file
         return result("FAILED", f"{type(err).__name__}: {err}")
+    fraction = getattr(args, "fraction", None)
+    if fraction is not None:  # the full profile at a fraction of its work (tools/full_profile.py)
+        import full_profile  # tools/, this script's folder
+
+        spec = full_profile.load_spec()
+        if nb.stem in spec:
+            params = full_profile.reduced_parameters(params, spec[nb.stem]["scale"], fraction)
     if args.device is not None:
         params["device"] = args.device
     if args.seed is not None:
@@ -208,7 +215,8 @@ def run_one(nb: Path, args: argparse.Namespace, out_dir: Path, log_dir: Path) ->
                 "result": str(result_path),
                 "profile": args.profile,
                 "parameter_path": _rel(parameter_file(args.profile, nb))
-                + "".join(f", {name}={params[name]!r} from the command line" for name in overridden),
+                + "".join(f", {name}={params[name]!r} from the command line" for name in overridden)
+                + (f", at fraction {fraction:g} of its work (profiles/full-reduced.yaml)" if fraction else ""),
             }
         )
     )
@@ -410,6 +418,13 @@ def main(argv: list[str] | None = None) -> int:
         help="profile each notebook (nwlib.book._timeprofile) into DIR/<notebook>.json; implies --no-cache",
     )
     parser.add_argument(
+        "--fraction",
+        type=float,
+        default=None,
+        help="with --profile full: scale the parameters profiles/full-reduced.yaml lists by this fraction "
+        "(tools/full_profile.py); implies --no-cache",
+    )
+    parser.add_argument(
         "--no-cache", action="store_true", help="execute every notebook even where the cache holds its run"
     )
     parser.add_argument(
@@ -423,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/*.ipynb")
     args = parser.parse_args(argv)
+    if args.fraction is not None:
+        if args.profile != "full" or not 0 < args.fraction <= 1:
+            parser.error("--fraction takes a number in (0, 1] and --profile full")
+        args.no_cache = True  # a reduced run is not the profile's run
     if args.sources_only:
         stage_sources(args.stage.resolve())
         print(f"staged the book's sources into {_rel(args.stage)}")
