@@ -1411,7 +1411,8 @@ def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0
     """One row per notebook: how its full-profile time was found, the reduced runs, the time and the executor.
 
     Columns: "notebook", "full profile" (the time, :func:`_minutes`), "how" ("measured" or
-    "extrapolated"), "reduced runs" (each fraction f and its time; a run whose only failure was an
+    "extrapolated"), "ran on" (the CPUs a run could use and the mean load average during it, where the
+    record has them: a load above the CPUs means the run shared them and its time is an upper bound), "reduced runs" (each fraction f and its time; a run whose only failure was an
     asserted finding not established at that size, in its last cell, is marked), "fixed part" (the intercept a
     of t(f) = a + b f: what does not scale), "seconds" (the time, for sorting and sums) and
     "grid" (whether the notebook's grid runs through ``run_sweep``: the executor it can spread it
@@ -1451,11 +1452,17 @@ def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0
             grid = "run_sweep"
         else:
             grid = "serial only" if seconds > 60 * sweep_minutes else "–"
+        if "cores" in entry:
+            cores = int(entry["cores"])
+            ran_on = f"{cores} core{'s' if cores > 1 else ''}, load {float(entry['load']):.1f}"
+        else:
+            ran_on = "–"
         rows.append(
             {
                 "notebook": _short_notebook(name),
                 "full profile": _minutes(seconds),
                 "how": entry["how"],
+                "ran on": ran_on,
                 "reduced runs": runs,
                 "fixed part": fixed,
                 "grid": grid,
@@ -1464,7 +1471,7 @@ def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0
         )
     table = pd.DataFrame(rows)
     total = float(table["seconds"].sum())
-    all_row = {"notebook": "all", "full profile": _minutes(total), "how": "sum", "reduced runs": "–"}
+    all_row = {"notebook": "all", "full profile": _minutes(total), "how": "sum", "ran on": "–", "reduced runs": "–"}
     table.loc[len(table)] = {**all_row, "fixed part": "–", "grid": "–", "seconds": total}
     return table
 

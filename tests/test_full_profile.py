@@ -116,6 +116,8 @@ def test_full_profile_table_rows_and_total(tmp_path):
             "intercept_s": 60.0,
             "slope_s": 6000.0,
             "full_s": 6060.0,
+            "cores": 1,
+            "load": 2.34,
         },
         {
             "notebook": "ch07_one_principle",
@@ -132,6 +134,7 @@ def test_full_profile_table_rows_and_total(tmp_path):
     assert list(table["full profile"]) == ["9 s", "101 min", "30 min", "2.2 h"]
     assert list(table["grid"]) == ["–", "run_sweep", "serial only", "–"]
     assert table.loc[1, "reduced runs"] == "f = 0.04: 5 min; f = 0.08: 9 min"
+    assert list(table["ran on"]) == ["–", "1 core, load 2.3", "–", "–"]  # where the record has the conditions
     assert table.loc[3, "seconds"] == pytest.approx(9 + 6060 + 1820)
 
 

@@ -150,6 +150,18 @@ def _ok(status: str) -> bool:
     return status.startswith("ok")
 
 
+def _commit() -> str:
+    """The checkout's short commit, with "+" where its tracked files differ from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+    return head.stdout.strip() + ("+" if dirty else "")
+
+
+def _conditions(stage: Path) -> Path:
+    """Where a run's conditions (cores, mean load, commit) are kept, beside its stage."""
+    return stage.with_name(f"{stage.name}-conditions.json")
+
+
 def _run(
     notebook: str,
     fraction: float | None,
@@ -157,10 +169,16 @@ def _run(
     timeout: float,
     executor: str | None = None,
     execute: bool = True,
-) -> tuple[float, str]:
-    """Execute one notebook under full (at ``fraction`` of its work, or all of it); its seconds and status.
+    cores: str | None = None,
+) -> tuple[float, str, dict[str, Any]]:
+    """Execute one notebook under full (at ``fraction`` of its work, or all of it).
 
-    With ``execute=False`` the run already staged in ``stage`` is read back (``--from-stages``).
+    Returns its seconds, its status and the conditions it ran under: ``cores`` (how many CPUs it
+    could use), ``load`` (the 1-minute load average, sampled every 10 s during the run and averaged:
+    above ``cores`` the run shared its CPUs and its time is an upper bound) and ``commit``. With
+    ``cores`` (a CPU list such as "0" or "0,1") the run is pinned to those CPUs (``taskset``) with
+    that many intra-op threads. With ``execute=False`` the run already staged in ``stage`` is read
+    back (``--from-stages``).
     """
     cmd = [sys.executable, str(ROOT / "tools" / "run_notebooks.py"), "--profile", "full", "--no-cache"]
     cmd += ["--stage", str(stage), "--timeout", str(timeout)]
@@ -170,15 +188,40 @@ def _run(
         cmd += ["--fraction", str(fraction)]
     cmd.append(str(ROOT / "notebooks" / f"{notebook}.ipynb"))
     if execute:
-        print("$", " ".join(cmd[1:]), flush=True)
-        subprocess.run(cmd, cwd=ROOT, check=False)
-    return stage_result(notebook, stage)
+        env = dict(os.environ)
+        count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        if cores is not None:
+            count = len(cores.split(","))
+            cmd = ["taskset", "-c", cores, *cmd]
+            env |= {"OMP_NUM_THREADS": str(count), "MKL_NUM_THREADS": str(count)}
+        print("$", " ".join(cmd), flush=True)
+        loads = []
+        with subprocess.Popen(cmd, cwd=ROOT, env=env) as proc:
+            while True:
+                try:
+                    proc.wait(timeout=10)
+                    break
+                except subprocess.TimeoutExpired:
+                    loads.append(os.getloadavg()[0])
+        conditions = {"cores": count, "load": round(sum(loads) / max(len(loads), 1), 2), "commit": _commit()}
+        _conditions(stage).write_text(json.dumps(conditions) + "\n")
+    file = _conditions(stage)
+    conditions = json.loads(file.read_text()) if file.is_file() else {}
+    return (*stage_result(notebook, stage), conditions)
 
 
 def measure(
-    notebooks: list[str], spec: dict[str, dict[str, Any]], timeout: float, execute: bool = True
+    notebooks: list[str],
+    spec: dict[str, dict[str, Any]],
+    timeout: float,
+    execute: bool = True,
+    cores: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Run each notebook at its two fractions (or, with nothing to scale, once under full)."""
+    """Run each notebook at its two fractions (or, with nothing to scale, once under full).
+
+    Each row keeps its runs' conditions (:func:`_run`): ``cores``, ``load`` (the largest of its runs'
+    mean loads) and ``commit``.
+    """
     sys.path.insert(0, str(ROOT / "tools"))
     from run_notebooks import load_parameters  # noqa: E402  (tools/ is not a package)
 
@@ -186,9 +229,9 @@ def measure(
     for name in notebooks:
         stage = ROOT / "_build" / "full-reduced" / name
         if name not in spec:
-            seconds, status = _run(name, None, stage, timeout, execute=execute)
+            seconds, status, conditions = _run(name, None, stage, timeout, execute=execute, cores=cores)
             full = load_parameters("full", ROOT / "notebooks" / f"{name}.ipynb")
-            rows.append({"notebook": name, "how": "measured", "status": status, "full_s": seconds})
+            rows.append({"notebook": name, "how": "measured", "status": status, "full_s": seconds, **conditions})
             rows[-1]["sweep"] = "executor" in full
             continue
         entry = spec[name]
@@ -196,11 +239,15 @@ def measure(
         runs = []
         for f in entry["fractions"]:
             # a stage per run: chapter 6 resumes from the grid points its sweep file already holds
-            seconds, status = _run(name, f, stage.with_name(f"{name}-f{f:g}"), timeout, execute=execute)
+            run_stage = stage.with_name(f"{name}-f{f:g}")
+            seconds, status, conditions = _run(name, f, run_stage, timeout, execute=execute, cores=cores)
             params = reduced_parameters(full, entry["scale"], f)
             scaled = {k: params[k] for k in entry["scale"]}
-            runs.append({"fraction": f, "seconds": seconds, "status": status, "parameters": scaled})
+            runs.append({"fraction": f, "seconds": seconds, "status": status, "parameters": scaled, **conditions})
         row: dict[str, Any] = {"notebook": name, "how": "extrapolated", "runs": runs, "sweep": "executor" in full}
+        if all("cores" in r for r in runs):
+            row |= {"cores": max(r["cores"] for r in runs), "load": max(r["load"] for r in runs)}
+            row["commit"] = runs[-1]["commit"]
         row["status"] = "ok" if all(_ok(r["status"]) for r in runs) else "FAILED"
         if row["status"] == "ok":
             row.update(extrapolate(tuple(entry["fractions"]), tuple(r["seconds"] for r in runs)))
@@ -232,15 +279,23 @@ def agreement(serial: Path, other: Path) -> dict[str, int]:
 
 
 def distributed(notebook: str, spec: dict[str, dict[str, Any]], executor: str, timeout: float) -> dict[str, Any]:
-    """Run ``notebook`` at its smaller fraction serially and on ``executor``, and compare the two runs' values."""
+    """Run ``notebook`` at its smaller fraction serially and on ``executor``, and compare the two runs' values.
+
+    The serial run is the one :func:`measure` staged at that fraction where it finished (the full
+    profile's executor is serial); otherwise it is run here.
+    """
     sys.path.insert(0, str(ROOT / "tools"))
     fraction = spec[notebook]["fractions"][0]
     base = ROOT / "_build" / "full-reduced"
-    serial_s, serial_status = _run(notebook, fraction, base / f"{notebook}-serial", timeout, "serial")
-    other_s, other_status = _run(notebook, fraction, base / f"{notebook}-distributed", timeout, executor)
+    serial = base / f"{notebook}-f{fraction:g}"
+    reuse = (serial / "notebooks" / "_timings.json").is_file() and _ok(stage_result(notebook, serial)[1])
+    if not reuse:
+        serial = base / f"{notebook}-serial"
+    serial_s, serial_status, _ = _run(notebook, fraction, serial, timeout, "serial", execute=not reuse)
+    other_s, other_status, conditions = _run(notebook, fraction, base / f"{notebook}-distributed", timeout, executor)
     if not (_ok(serial_status) and _ok(other_status)):
         raise RuntimeError(f"{notebook}: serial run {serial_status}, {executor} run {other_status}")
-    counts = agreement(base / f"{notebook}-serial" / "notebooks", base / f"{notebook}-distributed" / "notebooks")
+    counts = agreement(serial / "notebooks", base / f"{notebook}-distributed" / "notebooks")
     return {
         "notebook": notebook,
         "fraction": fraction,
@@ -248,6 +303,7 @@ def distributed(notebook: str, spec: dict[str, dict[str, Any]], executor: str, t
         "seconds": other_s,
         "serial_seconds": serial_s,
         **counts,
+        **conditions,
     }
 
 
@@ -257,7 +313,7 @@ def markdown_table(record: dict[str, Any]) -> str:
     from benchmarks.report import full_profile_table
 
     table = full_profile_table(record)
-    columns = ["notebook", "full profile", "how", "reduced runs", "fixed part", "grid"]
+    columns = ["notebook", "full profile", "how", "ran on", "reduced runs", "fixed part", "grid"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(" --- " for _ in columns) + "|"]
     lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for _, row in table.iterrows()]
     return "\n".join(lines)
@@ -268,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/*.ipynb")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per reduced run")
     parser.add_argument("--output", type=Path, default=RESULT)
+    parser.add_argument(
+        "--cores",
+        metavar="LIST",
+        default=None,
+        help="pin each run to these CPUs (taskset -c LIST) with as many threads, e.g. 0 or 0,1; default: all",
+    )
     parser.add_argument("--report", action="store_true", help="print the recorded table and run nothing")
     parser.add_argument(
         "--from-stages",
@@ -306,11 +368,15 @@ def main(argv: list[str] | None = None) -> int:
         name = args.notebooks[0].stem
         record = json.loads(args.output.read_text())
         row = next(r for r in record["notebooks"] if r["notebook"] == name)
-        seconds, status = _run(
-            name, args.check, ROOT / "_build" / "full-reduced" / f"{name}-f{args.check:g}", args.timeout
+        seconds, status, conditions = _run(
+            name,
+            args.check,
+            ROOT / "_build" / "full-reduced" / f"{name}-f{args.check:g}",
+            args.timeout,
+            cores=args.cores,
         )
         predicted = row["intercept_s"] + row["slope_s"] * args.check
-        check = {"notebook": name, "fraction": args.check, "seconds": seconds, "status": status}
+        check = {"notebook": name, "fraction": args.check, "seconds": seconds, "status": status, **conditions}
         check["predicted_s"] = round(predicted, 1)
         print(json.dumps(check), flush=True)
         record["checks"] = [c for c in record.get("checks", []) if c["notebook"] != name] + [check]
@@ -326,18 +392,18 @@ def main(argv: list[str] | None = None) -> int:
         args.output.write_text(json.dumps(record, indent=1) + "\n")
         return 0 if check["agree"] == check["values"] and not check["missing"] else 1
     names = [p.stem for p in args.notebooks] or sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
-    rows = measure(names, spec, args.timeout, execute=not args.from_stages)
+    rows = measure(names, spec, args.timeout, execute=not args.from_stages, cores=args.cores)
     from nwlib.book.build_record import cpu_model  # imports no torch
 
     previous = json.loads(args.output.read_text()) if args.output.is_file() else {"notebooks": []}
     merged = {r["notebook"]: r for r in previous.get("notebooks", [])}  # a partial rerun keeps the others
     merged.update({r["notebook"]: r for r in rows})
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    commits = sorted({r["commit"] for r in merged.values() if r.get("commit")})
     record = {
         "machine": cpu_model(),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "date": time.strftime("%Y-%m-%d"),
-        "commit": commit.stdout.strip(),
+        "commit": ", ".join(commits) or _commit(),  # of the runs (each row keeps its own)
         "notebooks": [merged[k] for k in sorted(merged)],
     }
     for kept in ("distributed", "checks"):  # recorded by --distributed and --check
