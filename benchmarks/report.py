@@ -33,6 +33,8 @@ import pandas as pd
 
 __all__ = [
     "COLORS",
+    "FULL_PROFILE_FILE",
+    "FULL_PROFILE_TEXT_KEYS",
     "GAUSSIAN_CONFIG",
     "GIB",
     "LABELS",
@@ -1379,6 +1381,14 @@ def styled_time_profile(table: pd.DataFrame) -> Any:
 # --- what the full profile costs (tools/full_profile.py) --------------------------------------------
 
 FULL_PROFILE_FILE = "full-profile.json"
+FULL_PROFILE_TEXT_KEYS = (
+    "full_profile_machine",
+    "full_profile_longest",
+    "full_profile_over",
+    "full_profile_distributed",
+    "full_profile_check",
+)
+"""The keys of :func:`full_profile_values` that are sentences (the other, ``full_profile_total_h``, is hours)."""
 
 
 def full_profile(*, results: str | Path | None = None) -> dict[str, Any] | None:

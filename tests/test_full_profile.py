@@ -104,21 +104,17 @@ def _record(tmp_path: Path, rows: list[dict]) -> Path:
     return tmp_path
 
 
+def _two_rows() -> list[dict]:
+    """A measured appendix and chapter 6 extrapolated from f = 0.04 and 0.08 (t = 60 + 6000 f s), on one core."""
+    ch06 = {"notebook": "ch06_head_count", "how": "extrapolated", "status": "ok", "sweep": True}
+    ch06["runs"] = [{"fraction": 0.04, "seconds": 300.0}, {"fraction": 0.08, "seconds": 540.0}]
+    ch06 |= {"intercept_s": 60.0, "slope_s": 6000.0, "full_s": 6060.0, "cores": 1, "load": 2.34}
+    return [{"notebook": "appendix_environment", "how": "measured", "status": "ok", "full_s": 9.0}, ch06]
+
+
 def test_full_profile_table_rows_and_total(tmp_path):
     rows = [
-        {"notebook": "appendix_environment", "how": "measured", "status": "ok", "full_s": 9.0},
-        {
-            "notebook": "ch06_head_count",
-            "how": "extrapolated",
-            "status": "ok",
-            "sweep": True,
-            "runs": [{"fraction": 0.04, "seconds": 300.0}, {"fraction": 0.08, "seconds": 540.0}],
-            "intercept_s": 60.0,
-            "slope_s": 6000.0,
-            "full_s": 6060.0,
-            "cores": 1,
-            "load": 2.34,
-        },
+        *_two_rows(),
         {
             "notebook": "ch07_one_principle",
             "how": "extrapolated",
@@ -193,19 +189,7 @@ def test_full_profile_values_quote_the_record():
         "cpus": 2,
         "date": "2026-12-02",
         "commit": "abc1234",
-        "notebooks": [
-            {"notebook": "appendix_environment", "how": "measured", "status": "ok", "full_s": 9.0},
-            {
-                "notebook": "ch06_head_count",
-                "how": "extrapolated",
-                "status": "ok",
-                "sweep": True,
-                "runs": [{"fraction": 0.04, "seconds": 300.0}, {"fraction": 0.08, "seconds": 540.0}],
-                "intercept_s": 60.0,
-                "slope_s": 6000.0,
-                "full_s": 6060.0,
-            },
-        ],
+        "notebooks": _two_rows(),
         "checks": [
             {"notebook": "ch06_head_count", "fraction": 0.2, "seconds": 1320.0, "predicted_s": 1260.0, "status": "ok"}
         ],
@@ -222,6 +206,7 @@ def test_full_profile_values_quote_the_record():
         },
     }
     values = report.full_profile_values(record)
+    assert set(values) == {"full_profile_total_h", *report.FULL_PROFILE_TEXT_KEYS}  # what the appendix glues
     assert values["full_profile_total_h"] == pytest.approx(6069 / 3600)
     assert values["full_profile_longest"] == "ch06 (101 min)"
     assert values["full_profile_over"] == "ch06 (101 min)"
