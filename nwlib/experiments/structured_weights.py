@@ -25,29 +25,37 @@ best first). The pieces, in the notebook's order:
   :func:`verdict_readings` / :func:`verdict_reason` the readings, cases and reason of the verdict
   (:func:`quality_attributes`, :func:`estimator_attribute`: the measured attributes of a case).
 
-Random streams (what keeps a rerun's numbers): one ``torch.Generator`` on the device is consumed by
-experiment 1, experiment 2, the consistent heads, QK-normalised attention (each κ: a tuning batch that
-chooses the temperature, then batch A, then batch B) and last the quality batches
-(:func:`quality_batches`), in this order, each setting drawing batch A then batch B; the validation noise
-comes from a CPU generator of the design (:attr:`Design.validation_generator`), consumed by experiment 1
-and then experiment 2. The settings of
-one experiment (its κ values, its sample sizes) share that stream, so they run in sequence, not as
-independent sweep points. The simulations run in :data:`SIM_DTYPE` (float32) and are analysed in the
-design's dtype (float64 except on MPS).
+Random streams (what keeps a rerun's numbers): every setting (a κ of experiment 1, of experiment 2 or of
+attention; an n of the consistent heads) is one point of :func:`nwlib.sweep.run_sweep`
+(:func:`setting_points`, :func:`setting_point`, :func:`run_settings`), with its own seed, a hash of the
+run's seed and the point's coordinates (:func:`nwlib.sweep.point_seed`), so the settings are independent
+and may run anywhere, in any order (``executor``: serially, on a process pool, on a Dask cluster). Inside
+a point one generator on the device draws, in this order, attention's tuning batch, batch A, batch B and
+last, where a case reads one, the setting's quality batch; the validation noise of the surrogate
+experiments comes from a CPU generator of the point's own. Every scheme of a setting is scored on the
+same batches (paired). The serial building blocks (:func:`surrogate_experiment`,
+:func:`consistent_heads_study`, :func:`attention_experiment`, :func:`quality_batches`) draw their settings
+in sequence from one generator instead. The simulations run in :data:`SIM_DTYPE` (float32) and are
+analysed in the design's dtype (float64 except on MPS).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from .._jackknife import jackknife_se
+from .._seeds import require_seed
 from .._validation import (
     require_choice,
     require_device,
@@ -60,12 +68,14 @@ from .._validation import (
 )
 from ..bandwidth import scott_bandwidth
 from ..book.verdicts import Case, Reading, within_conditions
-from ..combination import grouped_jackknife
+from ..combination import JackknifeEstimate, grouped_jackknife
 from ..decomposition import decompose
+from ..device import resolve_device
 from ..evidence import Comparison, crossed, estimate, paired, significant
 from ..kernels import cosine_attention
 from ..montecarlo import simulate
 from ..ranking import kendall_tau, nested_weights, validation_ranking
+from ..sweep import point_seed, require_point, run_sweep
 from ..tasks import RegressionTask, make_task
 from ..weighting import (
     HeadRanking,
@@ -96,18 +106,23 @@ __all__ = [
     "IndependentHeadsModel",
     "NestedStudy",
     "RateStudy",
+    "SETTING_EXPERIMENTS",
+    "RateSetting",
     "SettingFit",
+    "SettingSweep",
     "Settings",
     "Study",
     "ValidationFits",
     "adding_helps",
     "attention_experiment",
+    "attention_setting",
     "attention_numbers",
     "break_even",
     "cancelling_heads",
     "cases_table",
     "cell",
     "choose_temperature",
+    "collect_settings",
     "compare_schemes",
     "consistent_heads_study",
     "consistent_projections",
@@ -138,18 +153,24 @@ __all__ = [
     "quality_table",
     "rate_difference",
     "rate_numbers",
+    "rate_setting",
+    "rate_study",
     "rate_table",
     "reading1_numbers",
     "reading_counts",
     "relevance_projections",
+    "run_settings",
     "run_study",
     "scheme_rate",
     "scheme_weights",
+    "setting_point",
+    "setting_points",
     "simulate_heads",
     "sobol_normal",
     "step_pattern",
     "summary_table",
     "surrogate_experiment",
+    "surrogate_setting",
     "validation_fits",
     "validation_numbers",
     "validation_study",
@@ -555,6 +576,17 @@ class Settings:
         if list(self.rate_head_dims) != sorted(self.rate_head_dims):
             raise ValueError(f"rate_head_dims must increase, got {list(self.rate_head_dims)}")
 
+    def as_point(self) -> dict[str, Any]:
+        """Every field as JSON values (tuples as lists): ``Settings(**settings.as_point()) == settings``.
+
+        Examples
+        --------
+        >>> s = Settings(2, 2, 8, 4, 4, 0.5, [0, 1], [0.5], 20, 80, 4, [1], 4, 2, [1, 2, 3], [8, 16], 2, 0.25)
+        >>> Settings(**s.as_point()) == s, s.as_point()["kappas"]
+        (True, [0.0, 1.0])
+        """
+        return {f.name: list(v) if isinstance(v, tuple) else v for f in fields(self) for v in [getattr(self, f.name)]}
+
     def sizes(self) -> dict[str, Any]:
         """The sizes and settings the chapter quotes (glued exact; ``heads`` is :attr:`num_heads`)."""
         return dict(
@@ -869,6 +901,53 @@ class SettingFit:
     """The zero predictor's MSE, the mean of f² over the evaluation points."""
     temperature: float = math.nan
     """Attention: the temperature chosen on the tuning batch (:func:`choose_temperature`)."""
+    optimal_leave_out: Tensor | None = None
+    """(G, H) the optimal weights fitted on batch A without each of its G jackknife groups (surrogate
+    experiments, κ ends): with :attr:`weights` they give the jackknife of any function of the optimal
+    weights (:meth:`optimal_jackknife`)."""
+    error_products: Tensor | None = None
+    r"""(R, H, H) each training set's error products on batch B, :math:`\frac1m\sum_j e_{rhj} e_{rgj}`
+    (surrogate experiments, κ ends)."""
+    validation_rows: list[dict[str, Any]] | None = None
+    """The rows of :func:`validation_study` for this setting, one per fit size, without ``experiment``
+    (surrogate experiments, κ ends)."""
+    nested: NestedStudy | None = None
+    """The ensembles of the k best heads on batches A and B (surrogate experiments at κ max; every n of the
+    rate study)."""
+    quality: Tensor | None = None
+    """(H, R_q) the heads' population errors on this setting's quality batch (:func:`population_head_errors`;
+    at the κ ends and every n, when the setting ran as a point of :func:`run_settings`)."""
+
+    def optimal_jackknife(self, transform: Callable[[Tensor], Tensor] | None = None) -> JackknifeEstimate:
+        """A function of the optimal weights fitted on batch A, with its delete-a-group jackknife SE over A.
+
+        The same numbers as :func:`nwlib.grouped_jackknife` of ``transform(optimal_weights(M(A)))`` over
+        batch A's groups, from the kept leave-out weights (:attr:`optimal_leave_out`).
+
+        Parameters
+        ----------
+        transform : callable, optional
+            (H,) weights → a tensor of fixed shape (default: the weights themselves).
+
+        Returns
+        -------
+        nwlib.combination.JackknifeEstimate
+            ``estimate`` and ``se``, float64.
+
+        Raises
+        ------
+        ValueError
+            If the leave-out weights were not kept (a κ that is not an end of the range).
+        """
+        if self.optimal_leave_out is None:
+            raise ValueError("the leave-out weights of batch A were not kept (only the ends of kappas are)")
+        fn = transform if transform is not None else (lambda w: w)
+
+        def value(w: Tensor) -> Tensor:
+            return torch.as_tensor(fn(w), dtype=torch.float64, device=w.device)
+
+        full = value(self.weights[OPTIMAL])
+        return JackknifeEstimate(full, jackknife_se(torch.stack([value(w) for w in self.optimal_leave_out])))
 
 
 def compare_schemes(
@@ -1054,7 +1133,7 @@ def surrogate_experiment(settings: Settings, design: Design, kind: str, *, gener
     -------
     Experiment
         Rows per κ and scheme, including ``"Fibonacci (validation)"`` and ``"optimal (validation)"``;
-        the batches are kept at the first and last κ.
+        at the first and last κ the batches and their summaries (:func:`surrogate_setting`).
 
     Raises
     ------
@@ -1065,55 +1144,116 @@ def surrogate_experiment(settings: Settings, design: Design, kind: str, *, gener
     """
     kind = require_choice(kind, "kind", tuple(_EXPERIMENTS))
     generator = _check_generator(generator, design.device)
-    label, dtype, dev = _EXPERIMENTS[kind], design.dtype, design.device
-    theta_min, theta_max = math.radians(settings.theta_min_deg), math.radians(settings.theta_max_deg)
-    u, H = design.u, settings.num_heads
-    h_scott = float(scott_bandwidth(settings.n, 1))
     if kind == "bandwidth":
-        _check_scott_default(settings, design, h_scott, theta_min)
-
-    def angles(kappa: float) -> Tensor:
-        if kind == "relevance":
-            return theta_min + kappa * u * (theta_max - theta_min)
-        return torch.full((H,), theta_min, dtype=dtype, device=dev)
-
-    def bandwidth(kappa: float) -> Tensor | None:
-        return None if kind == "relevance" else h_scott * settings.bandwidth_span ** (kappa * (2 * u - 1))
-
-    m, R = settings.m, settings.replicates
+        _check_scott_default(settings, design)
     rows: list[dict[str, Any]] = []
     fits: dict[Any, SettingFit] = {}
-    points_a = torch.cat([design.eval_points, design.val_points])
     for kappa in settings.kappas:
-        W, bw = relevance_projections(angles(kappa)), bandwidth(kappa)
-        both = simulate_heads(design.task, W, points_a, n=settings.n, replicates=R, generator=generator, bandwidth=bw)
-        batch_a, batch_a_val = both[..., :m], both[..., m:]
-        batch_b = simulate_heads(
-            design.task, W, design.eval_points, n=settings.n, replicates=R, generator=generator, bandwidth=bw
-        )
-        new_rows, fit = compare_schemes(
-            label, kappa, batch_a, batch_b, design.target, ratios=settings.ratios, jack_groups=settings.jack_groups
-        )
-        # a user's ranking: one training set of batch A and its noisy validation set per fit
-        y_val = _validation_responses(settings, design, R)
-        vf = validation_fits(batch_a_val, y_val, 1, min(settings.fit_repeats, R))
-        for name, w in (("Fibonacci (validation)", vf.fib), ("optimal (validation)", vf.opt)):
-            S = replicate_mse(batch_b, design.target, w)  # (fits, R)
-            mse_, se_ = _two_way(S)
-            d_, dse_ = _two_way(S - fit.scores["uniform"])
-            new_rows.append(dict(experiment=label, kappa=kappa, scheme=name, mse=mse_, se=se_, diff=d_, diff_se=dse_))
+        new_rows, fits[kappa] = surrogate_setting(settings, design, kind, kappa, generator=generator)
         rows += new_rows
-        fit.validation = vf
-        if kappa in (settings.kappas[0], settings.kappas[-1]):  # the later studies reuse these batches
-            fit.batch_a, fit.batch_a_val, fit.batch_b, fit.y_val = batch_a, batch_a_val, batch_b, y_val
-        fits[kappa] = fit
     import pandas as pd
 
     return Experiment(pd.DataFrame(rows), fits)
 
 
-def _check_scott_default(settings: Settings, design: Design, h_scott: float, theta_min: float) -> None:
+def _surrogate_heads(settings: Settings, design: Design, kind: str, kappa: float) -> tuple[Tensor, Tensor | None]:
+    """Experiment 1's or 2's projections (H, D, 1) and bandwidths ((H,) or None: Scott's rule) at one κ."""
+    theta_min, theta_max = math.radians(settings.theta_min_deg), math.radians(settings.theta_max_deg)
+    u = design.u
+    if kind == "relevance":
+        return relevance_projections(theta_min + kappa * u * (theta_max - theta_min)), None
+    h_scott = float(scott_bandwidth(settings.n, 1))
+    return relevance_projections(torch.full_like(u, theta_min)), h_scott * settings.bandwidth_span ** (
+        kappa * (2 * u - 1)
+    )
+
+
+def surrogate_setting(
+    settings: Settings, design: Design, kind: str, kappa: float, *, generator: torch.Generator
+) -> tuple[list[dict[str, Any]], SettingFit]:
+    """One κ of experiment 1 or 2 (:func:`surrogate_experiment`): batch A, then batch B, from ``generator``.
+
+    Every scheme compared (:func:`compare_schemes`), one validation fit per training set of batch A (its
+    noisy validation responses drawn from the design's :attr:`Design.validation_generator`), scored on all of
+    B. At an end of the κ range (the first or last κ) the fit also keeps the batches and what the later
+    studies read from them: the leave-out optimal weights of batch A's jackknife groups, batch B's
+    per-head errors and error products, the rows of :func:`validation_study`, and at κ max the ensembles
+    of the k best heads (:func:`nested_study`).
+
+    Parameters
+    ----------
+    settings : Settings
+    design : Design
+    kind : {"relevance", "bandwidth"}
+    kappa : float
+        The heterogeneity.
+    generator : torch.Generator
+        On the design's device; consumed in order (A, then B).
+
+    Returns
+    -------
+    rows : list of dict
+        Per scheme: experiment, kappa, scheme, mse, se, diff, diff_se.
+    fit : SettingFit
+    """
+    kind = require_choice(kind, "kind", tuple(_EXPERIMENTS))
+    kappa = require_real(kappa, "kappa")
+    generator = _check_generator(generator, design.device)
+    label, m, R = _EXPERIMENTS[kind], settings.m, settings.replicates
+    W, bw = _surrogate_heads(settings, design, kind, kappa)
+    points_a = torch.cat([design.eval_points, design.val_points])
+    both = simulate_heads(design.task, W, points_a, n=settings.n, replicates=R, generator=generator, bandwidth=bw)
+    batch_a, batch_a_val = both[..., :m], both[..., m:]
+    batch_b = simulate_heads(
+        design.task, W, design.eval_points, n=settings.n, replicates=R, generator=generator, bandwidth=bw
+    )
+    rows, fit = compare_schemes(
+        label, kappa, batch_a, batch_b, design.target, ratios=settings.ratios, jack_groups=settings.jack_groups
+    )
+    # a user's ranking: one training set of batch A and its noisy validation set per fit
+    y_val = _validation_responses(settings, design, R)
+    vf = validation_fits(batch_a_val, y_val, 1, min(settings.fit_repeats, R))
+    for name, w in (("Fibonacci (validation)", vf.fib), ("optimal (validation)", vf.opt)):
+        S = replicate_mse(batch_b, design.target, w)  # (fits, R)
+        mse_, se_ = _two_way(S)
+        d_, dse_ = _two_way(S - fit.scores["uniform"])
+        rows.append(dict(experiment=label, kappa=kappa, scheme=name, mse=mse_, se=se_, diff=d_, diff_se=dse_))
+    fit.validation = vf
+    if kappa in (settings.kappas[0], settings.kappas[-1]):  # the later studies read these batches
+        fit.batch_a, fit.batch_a_val, fit.batch_b, fit.y_val = batch_a, batch_a_val, batch_b, y_val
+        target, dtype, dev = design.target, design.dtype, design.device
+        fit.optimal_leave_out = _optimal_leave_out(batch_a, target, settings.jack_groups)
+        err_b = batch_b - target
+        fit.error_products = torch.einsum("rhm,rgm->rhg", err_b, err_b) / err_b.shape[-1]  # (R, H, H)
+        fit.head_rep = replicate_mse(batch_b, target, torch.eye(settings.num_heads, dtype=dtype, device=dev))
+        fit.validation_rows = _validation_rows(settings, fit, target, kappa)
+        if kappa == settings.k1:
+            nested_label = _NESTED_LABELS[kind]
+            fit.nested = nested_study(nested_label, batch_a, batch_b, target, ratios=settings.ratios)
+    return rows, fit
+
+
+_NESTED_LABELS = {"relevance": "exp. 1, κ max", "bandwidth": "exp. 2, κ max"}
+
+
+def _optimal_leave_out(batch_a: Tensor, target: Tensor, groups: int) -> Tensor:
+    """(G, H) the optimal weights of batch A without each of its G consecutive groups (as grouped_jackknife)."""
+    R = batch_a.shape[0]
+    if R % groups:
+        raise ValueError(f"groups must divide the number of replicates R = {R}, got {groups}")
+    size = R // groups
+    keep = torch.ones(R, dtype=torch.bool, device=batch_a.device)
+    out = []
+    for g in range(groups):
+        keep[:] = True
+        keep[g * size : (g + 1) * size] = False
+        out.append(optimal_weights(error_second_moments(batch_a[keep], target)))
+    return torch.stack(out)
+
+
+def _check_scott_default(settings: Settings, design: Design) -> None:
     """Scott's rule for unit-norm 1-D heads is the engine's default bandwidth (own generators)."""
+    h_scott, theta_min = float(scott_bandwidth(settings.n, 1)), math.radians(settings.theta_min_deg)
     W = relevance_projections(torch.full((settings.num_heads,), theta_min, dtype=design.dtype, device=design.device))
     runs = [
         simulate(
@@ -1312,12 +1452,15 @@ def validation_study(settings: Settings, target: Tensor, cases: Sequence[tuple[s
     For each case and each ``r_fit`` of ``fit_sizes``: up to ``fit_repeats`` fits, each pooling
     the validation sets of ``r_fit`` disjoint training sets of batch A (:func:`validation_fits`),
     scored on all of batch B. Gains and costs are in % of uniform weights' MSE, paired on B, with
-    SEs over fits and B (:func:`nwlib.evidence.crossed`; NaN with a single fit).
+    SEs over fits and B (:func:`nwlib.evidence.crossed`; NaN with a single fit). The rows were computed
+    where the setting ran (:func:`surrogate_setting`, from its batches); this collects them.
 
     Parameters
     ----------
     settings : Settings
+        The settings the experiments ran with (their ``fit_sizes``).
     target : Tensor, shape (m,)
+        f at the evaluation points (the rows were scored against it).
     cases : sequence of (key, Experiment, κ)
         E.g. ``[("e1", exp1, k0), ("e1", exp1, k1), ("e2", exp2, k1)]``; the κ must be an end of the
         range (where the batches are kept).
@@ -1328,45 +1471,59 @@ def validation_study(settings: Settings, target: Tensor, cases: Sequence[tuple[s
         Per case and fit size: experiment, kappa, R_fit, fits, kendall_tau (+ _se), top_head_hit,
         fib_/opt_gain, fib_/opt_vs_oracle (each + _se), fib_half, opt_over_fib (+ _se),
         fib_/opt_oracle_gain.
+
+    Raises
+    ------
+    ValueError
+        If a case's κ is not an end of the range, or its rows are not those of ``settings.fit_sizes``.
     """
     import pandas as pd
 
+    target = require_tensor(target, "target", min_dim=1)
     fit_rows = []
     for key, experiment, kappa in cases:
-        fit = experiment.fits[kappa]
-        if fit.batch_a_val is None or fit.batch_b is None or fit.y_val is None:
+        rows = experiment.fits[kappa].validation_rows
+        if rows is None:
             raise ValueError(f"cases: the batches of {key} at kappa = {kappa} were not kept (use an end of kappas)")
-        oracle_order = fit.ranking.order
-        unif_b, fib_b, opt_b = (fit.scores[k] for k in ("uniform", "Fibonacci", OPTIMAL))
-        for r_fit in settings.fit_sizes:
-            count = max(1, min(settings.fit_repeats, settings.replicates // r_fit))
-            vf = validation_fits(fit.batch_a_val, fit.y_val, r_fit, count)
-            S_fib = replicate_mse(fit.batch_b, target, vf.fib)
-            S_opt = replicate_mse(fit.batch_b, target, vf.opt)
-            taus = kendall_tau(vf.orders, oracle_order).double()  # one per fit; the fits use disjoint data
-            row: dict[str, Any] = dict(
-                experiment=key,
-                kappa=kappa,
-                R_fit=r_fit,
-                fits=count,
-                kendall_tau=float(taus.mean()),
-                kendall_tau_se=float(taus.std() / math.sqrt(count)) if count > 1 else math.nan,
-                top_head_hit=float((vf.orders[:, 0] == oracle_order[0]).double().mean()),
-            )
-            for name, S, ref in (("fib", S_fib, fib_b), ("opt", S_opt, opt_b)):
-                gain, gain_se = _two_way(100 * (unif_b - S) / unif_b.mean())  # paired with uniform
-                row.update({f"{name}_gain": gain, f"{name}_gain_se": gain_se})
-                cost, cost_se = _two_way(100 * (S - ref) / unif_b.mean())  # validation minus oracle
-                row.update({f"{name}_vs_oracle": cost, f"{name}_vs_oracle_se": cost_se})
-            # validation Fibonacci's gain minus half the oracle-ranked one, and optimal minus Fibonacci
-            row["fib_half"], row["fib_half_se"] = _two_way(
-                100 * (unif_b - S_fib - 0.5 * (unif_b - fib_b)) / unif_b.mean()
-            )
-            row["opt_over_fib"], row["opt_over_fib_se"] = _two_way(100 * (S_fib - S_opt) / unif_b.mean())
-            row["fib_oracle_gain"] = 100 * float(1 - fib_b.mean() / unif_b.mean())
-            row["opt_oracle_gain"] = 100 * float(1 - opt_b.mean() / unif_b.mean())
-            fit_rows.append(row)
+        if [r["R_fit"] for r in rows] != list(settings.fit_sizes):
+            raise ValueError(f"cases: the rows of {key} at kappa = {kappa} are not those of settings.fit_sizes")
+        fit_rows += [dict(experiment=key, **r) for r in rows]
     return pd.DataFrame(fit_rows)
+
+
+def _validation_rows(settings: Settings, fit: SettingFit, target: Tensor, kappa: float) -> list[dict[str, Any]]:
+    """One row of :func:`validation_study` per fit size, from a setting's kept batches (no ``experiment``)."""
+    if fit.batch_a_val is None or fit.batch_b is None or fit.y_val is None:
+        raise ValueError(f"fit: the batches at kappa = {kappa} were not kept (use an end of kappas)")
+    oracle_order = fit.ranking.order
+    unif_b, fib_b, opt_b = (fit.scores[k] for k in ("uniform", "Fibonacci", OPTIMAL))
+    fit_rows = []
+    for r_fit in settings.fit_sizes:
+        count = max(1, min(settings.fit_repeats, settings.replicates // r_fit))
+        vf = validation_fits(fit.batch_a_val, fit.y_val, r_fit, count)
+        S_fib = replicate_mse(fit.batch_b, target, vf.fib)
+        S_opt = replicate_mse(fit.batch_b, target, vf.opt)
+        taus = kendall_tau(vf.orders, oracle_order).double()  # one per fit; the fits use disjoint data
+        row: dict[str, Any] = dict(
+            kappa=kappa,
+            R_fit=r_fit,
+            fits=count,
+            kendall_tau=float(taus.mean()),
+            kendall_tau_se=float(taus.std() / math.sqrt(count)) if count > 1 else math.nan,
+            top_head_hit=float((vf.orders[:, 0] == oracle_order[0]).double().mean()),
+        )
+        for name, S, ref in (("fib", S_fib, fib_b), ("opt", S_opt, opt_b)):
+            gain, gain_se = _two_way(100 * (unif_b - S) / unif_b.mean())  # paired with uniform
+            row.update({f"{name}_gain": gain, f"{name}_gain_se": gain_se})
+            cost, cost_se = _two_way(100 * (S - ref) / unif_b.mean())  # validation minus oracle
+            row.update({f"{name}_vs_oracle": cost, f"{name}_vs_oracle_se": cost_se})
+        # validation Fibonacci's gain minus half the oracle-ranked one, and optimal minus Fibonacci
+        row["fib_half"], row["fib_half_se"] = _two_way(100 * (unif_b - S_fib - 0.5 * (unif_b - fib_b)) / unif_b.mean())
+        row["opt_over_fib"], row["opt_over_fib_se"] = _two_way(100 * (S_fib - S_opt) / unif_b.mean())
+        row["fib_oracle_gain"] = 100 * float(1 - fib_b.mean() / unif_b.mean())
+        row["opt_oracle_gain"] = 100 * float(1 - opt_b.mean() / unif_b.mean())
+        fit_rows.append(row)
+    return fit_rows
 
 
 _VALIDATION_HEADERS = {
@@ -1537,47 +1694,128 @@ def consistent_heads_study(
     -------
     RateStudy
     """
-    import pandas as pd
+    dev = require_device(device)
+    dtype = require_dtype(dtype, default=torch.float64)
+    generator = _check_generator(generator, dev)
+    parts = [rate_setting(settings, n_r, generator=generator, device=dev, dtype=dtype) for n_r in settings.rate_ns]
+    return rate_study(settings, parts)
 
+
+class RateSetting(NamedTuple):
+    """One sample size of the rate study (see :func:`rate_setting`)."""
+
+    rows: list[dict[str, Any]]
+    """Per scheme: as :func:`compare_schemes`, with ``n``."""
+    heads: list[dict[str, Any]]
+    """Per head: n, h, d, mse, se on batch B."""
+    fit: SettingFit
+    """With ``head_rep`` and ``nested``."""
+
+
+def _rate_heads(
+    settings: Settings, dtype: torch.dtype, dev: torch.device
+) -> tuple[Tensor, RegressionTask, Tensor, Tensor]:
+    """The consistent heads' projections, their task, evaluation points and target (a fixed design)."""
+    W_r = consistent_projections(settings.rate_head_dims, dtype=dtype, device=dev)
+    task_r = make_task("single_index", W_r.shape[1], noise_sd=settings.noise_sd)
+    eval_r = sobol_normal(W_r.shape[1], settings.m, dtype=dtype, device=dev)
+    return W_r, task_r, eval_r, task_r.f(eval_r)
+
+
+def rate_setting(
+    settings: Settings,
+    n: int,
+    *,
+    generator: torch.Generator,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = torch.float64,
+) -> RateSetting:
+    """One sample size of :func:`consistent_heads_study`: batch A, then batch B, from ``generator``.
+
+    Every scheme compared (:func:`compare_schemes`), each head's MSE on B and its per-replicate errors
+    (``head_rep``), and the ensembles of the k best heads (:func:`nested_study`, ``nested``).
+
+    Parameters
+    ----------
+    settings : Settings
+    n : int
+        The training-set size.
+    generator : torch.Generator
+        On ``device``; consumed in order (A, then B).
+    device, dtype : optional
+        The analysis device and dtype (default float64 on the CPU).
+
+    Returns
+    -------
+    RateSetting
+    """
+    n_r = require_positive_int(n, "n")
     dev = require_device(device)
     dtype = require_dtype(dtype, default=torch.float64)
     generator = _check_generator(generator, dev)
     dims = settings.rate_head_dims
-    H_r = len(dims)
-    W_r = consistent_projections(dims, dtype=dtype, device=dev)
-    D_r = W_r.shape[1]
-    task_r = make_task("single_index", D_r, noise_sd=settings.noise_sd)
-    eval_r = sobol_normal(D_r, settings.m, dtype=dtype, device=dev)
-    target_r = task_r.f(eval_r)
-    rate_rows: list[dict[str, Any]] = []
-    heads_rows: list[dict[str, Any]] = []
-    fits: dict[int, SettingFit] = {}
-    nested: dict[str, NestedStudy] = {}
+    W_r, task_r, eval_r, target_r = _rate_heads(settings, dtype, dev)
     R = settings.replicates
-    for n_r in settings.rate_ns:
-        bw_r = torch.tensor([scott_bandwidth(n_r, d_h) for d_h in dims], dtype=dtype, device=dev)
-        batch_a = simulate_heads(task_r, W_r, eval_r, n=n_r, replicates=R, generator=generator, bandwidth=bw_r)
-        batch_b = simulate_heads(task_r, W_r, eval_r, n=n_r, replicates=R, generator=generator, bandwidth=bw_r)
-        new_rows, fit = compare_schemes(
-            "consistent heads",
-            n_r,
-            batch_a,
-            batch_b,
-            target_r,
-            ratios=settings.ratios,
-            jack_groups=settings.jack_groups,
-        )
-        rate_rows += [dict(r, n=n_r) for r in new_rows]
-        head_b = rank_heads(batch_b, target_r)
-        fit.head_rep = replicate_mse(batch_b, target_r, torch.eye(H_r, dtype=dtype, device=dev))  # (H, R)
-        heads_rows += [
-            dict(n=n_r, h=h, d=d_h, mse=float(head_b.head_mse[h]), se=float(head_b.head_mse_se[h]))
-            for h, d_h in enumerate(dims)
-        ]
-        label = f"consistent heads, n = {n_r}"
-        nested[label] = nested_study(label, batch_a, batch_b, target_r, ratios=settings.ratios)
-        fits[n_r] = fit
-    rate_df, heads_df = pd.DataFrame(rate_rows), pd.DataFrame(heads_rows)
+    bw_r = torch.tensor([scott_bandwidth(n_r, d_h) for d_h in dims], dtype=dtype, device=dev)
+    batch_a = simulate_heads(task_r, W_r, eval_r, n=n_r, replicates=R, generator=generator, bandwidth=bw_r)
+    batch_b = simulate_heads(task_r, W_r, eval_r, n=n_r, replicates=R, generator=generator, bandwidth=bw_r)
+    new_rows, fit = compare_schemes(
+        "consistent heads",
+        n_r,
+        batch_a,
+        batch_b,
+        target_r,
+        ratios=settings.ratios,
+        jack_groups=settings.jack_groups,
+    )
+    head_b = rank_heads(batch_b, target_r)
+    fit.head_rep = replicate_mse(batch_b, target_r, torch.eye(len(dims), dtype=dtype, device=dev))  # (H, R)
+    heads_rows = [
+        dict(n=n_r, h=h, d=d_h, mse=float(head_b.head_mse[h]), se=float(head_b.head_mse_se[h]))
+        for h, d_h in enumerate(dims)
+    ]
+    label = f"consistent heads, n = {n_r}"
+    fit.nested = nested_study(label, batch_a, batch_b, target_r, ratios=settings.ratios)
+    return RateSetting([dict(r, n=n_r) for r in new_rows], heads_rows, fit)
+
+
+def rate_study(settings: Settings, parts: Sequence[RateSetting]) -> RateStudy:
+    """The rate study from its sample sizes (:func:`rate_setting`, in the order of ``rate_ns``).
+
+    Each head's and scheme's empirical rate between the smallest and largest n: the two sizes are
+    independent batches, so their standard errors add; rate differences between heads or schemes use
+    the paired log-ratio at each n (:func:`rate_difference`).
+
+    Parameters
+    ----------
+    settings : Settings
+    parts : sequence of RateSetting
+        One per n of ``settings.rate_ns``, in that order.
+
+    Returns
+    -------
+    RateStudy
+
+    Raises
+    ------
+    ValueError
+        If ``parts`` are not the sample sizes of ``settings.rate_ns``.
+    """
+    import pandas as pd
+
+    ns = [int(p_.rows[0]["n"]) for p_ in parts]
+    if ns != list(settings.rate_ns):
+        raise ValueError(f"parts must be the sample sizes {list(settings.rate_ns)}, got {ns}")
+    dims = settings.rate_head_dims
+    H_r = len(dims)
+    fits: dict[int, SettingFit] = {n_r: p_.fit for n_r, p_ in zip(ns, parts, strict=True)}
+    nested: dict[str, NestedStudy] = {}
+    for n_r, fit in fits.items():
+        if fit.nested is None:
+            raise ValueError(f"parts: the setting n = {n_r} has no nested ensembles")
+        nested[f"consistent heads, n = {n_r}"] = fit.nested
+    rate_df = pd.DataFrame([r for p_ in parts for r in p_.rows])
+    heads_df = pd.DataFrame([r for p_ in parts for r in p_.heads])
     n_lo, n_hi = settings.rate_ns[0], settings.rate_ns[-1]
     log_span = math.log(n_hi / n_lo)
     head_rates = []
@@ -1588,8 +1826,7 @@ def consistent_heads_study(
         head_rates.append(dict(d=d_h, theory=4 / (d_h + 4), empirical=est, se=est_se))
     rates_df = pd.DataFrame(head_rates)
     # the rate of head d_h minus that of head d_h + 1: the heads share each batch, so the log-ratios are paired
-    rep_lo, rep_hi = fits[n_lo].head_rep, fits[n_hi].head_rep
-    assert rep_lo is not None and rep_hi is not None
+    rep_lo, rep_hi = _kept(fits[n_lo].head_rep, "rates"), _kept(fits[n_hi].head_rep, "rates")
     rate_steps = [rate_difference(rep_lo[h], rep_hi[h], rep_lo[h + 1], rep_hi[h + 1], log_span) for h in range(H_r - 1)]
     rates_df["minus_next"] = [c.estimate for c in rate_steps] + [math.nan]
     rates_df["minus_next_se"] = [c.se for c in rate_steps] + [math.nan]
@@ -1844,15 +2081,47 @@ def attention_experiment(settings: Settings, design: Design, *, generator: torch
     generator = _check_generator(generator, design.device)
     import pandas as pd
 
+    rows: list[dict[str, Any]] = []
+    fits: dict[Any, SettingFit] = {}
+    tuning: dict[float, list[float]] = {}
+    for kappa in settings.kappas:
+        new_rows, fits[kappa], tuning[kappa] = attention_setting(settings, design, kappa, generator=generator)
+        rows += new_rows
+    target = design.task.f(layer_norm_tokens(design.eval_points))
+    return AttentionExperiment(pd.DataFrame(rows), fits, target=target, tuning=tuning)
+
+
+def attention_setting(
+    settings: Settings, design: Design, kappa: float, *, generator: torch.Generator
+) -> tuple[list[dict[str, Any]], SettingFit, list[float]]:
+    """One κ of :func:`attention_experiment`: the tuning batch, batch A, then batch B, from ``generator``.
+
+    Parameters
+    ----------
+    settings : Settings
+    design : Design
+    kappa : float
+        The heterogeneity (experiment 1's angles).
+    generator : torch.Generator
+        On the design's device; consumed in order.
+
+    Returns
+    -------
+    rows : list of dict
+        Per scheme: as :func:`compare_schemes`, with ``zero_mse``, ``removed`` and ``temperature``.
+    fit : SettingFit
+        With ``head_mse`` and ``temperature``; at an end of the κ range also ``batch_a``, ``batch_b`` and
+        ``ls_sum`` (the sum of the least-squares weights with its jackknife SE over batch A).
+    tuning : list of float
+        The tuning batch's validation error per temperature of the grid.
+    """
+    kappa = require_real(kappa, "kappa")
+    generator = _check_generator(generator, design.device)
     theta_min, theta_max = math.radians(settings.theta_min_deg), math.radians(settings.theta_max_deg)
     u, task = design.u, design.task
     target = task.f(layer_norm_tokens(design.eval_points))
     query_tokens = layer_norm_tokens(design.eval_points.to(SIM_DTYPE))
     zero = zero_predictor_mse(target)
-    rows: list[dict[str, Any]] = []
-    fits: dict[Any, SettingFit] = {}
-    tuning: dict[float, list[float]] = {}
-    ends = (settings.kappas[0], settings.kappas[-1])
     head_kw: dict[str, Any] = dict(
         key_bias=settings.key_bias, key_scale=settings.key_scale, value_leak=settings.value_leak
     )
@@ -1860,47 +2129,45 @@ def attention_experiment(settings: Settings, design: Design, *, generator: torch
     def least_squares(a: Tensor) -> Tensor:
         return least_squares_weights(a, target)
 
-    for kappa in settings.kappas:
-        w = relevance_projections(theta_min + kappa * u * (theta_max - theta_min))[:, :, 0].to(SIM_DTYPE)
-        tau, tuning[kappa] = choose_temperature(
-            task,
+    w = relevance_projections(theta_min + kappa * u * (theta_max - theta_min))[:, :, 0].to(SIM_DTYPE)
+    tau, curve = choose_temperature(
+        task,
+        w,
+        design.val_points,
+        n=settings.n,
+        replicates=settings.tuning_replicates,
+        generator=generator,
+        temperatures=settings.temperatures,
+        **head_kw,
+    )
+    batch_a, batch_b = (
+        cosine_heads(
+            *draw_token_data(task, settings.n, settings.replicates, generator=generator),
+            query_tokens,
             w,
-            design.val_points,
-            n=settings.n,
-            replicates=settings.tuning_replicates,
-            generator=generator,
-            temperatures=settings.temperatures,
+            temperature=tau,
             **head_kw,
-        )
-        batch_a, batch_b = (
-            cosine_heads(
-                *draw_token_data(task, settings.n, settings.replicates, generator=generator),
-                query_tokens,
-                w,
-                temperature=tau,
-                **head_kw,
-            ).to(design.dtype)
-            for _ in "AB"  # batch A, then batch B
-        )
-        new_rows, fit = compare_schemes(
-            "attention",
-            kappa,
-            batch_a,
-            batch_b,
-            target,
-            ratios=settings.ratios,
-            jack_groups=settings.jack_groups,
-            extra_fits={LEAST_SQUARES: least_squares},
-        )
-        rows += [dict(r, zero_mse=zero, removed=1 - r["mse"] / zero, temperature=tau) for r in new_rows]
-        fit.head_mse = rank_heads(batch_b, target).head_mse
-        fit.temperature = tau
-        if kappa in ends:
-            fit.batch_b = batch_b
-            fit.ls_sum = grouped_jackknife(lambda b: least_squares(b).sum(), batch_a, groups=settings.jack_groups)
-            fit.batch_a = batch_a
-        fits[kappa] = fit
-    return AttentionExperiment(pd.DataFrame(rows), fits, target=target, tuning=tuning)
+        ).to(design.dtype)
+        for _ in "AB"  # batch A, then batch B
+    )
+    new_rows, fit = compare_schemes(
+        "attention",
+        kappa,
+        batch_a,
+        batch_b,
+        target,
+        ratios=settings.ratios,
+        jack_groups=settings.jack_groups,
+        extra_fits={LEAST_SQUARES: least_squares},
+    )
+    rows = [dict(r, zero_mse=zero, removed=1 - r["mse"] / zero, temperature=tau) for r in new_rows]
+    fit.head_mse = rank_heads(batch_b, target).head_mse
+    fit.temperature = tau
+    if kappa in (settings.kappas[0], settings.kappas[-1]):
+        fit.batch_b = batch_b
+        fit.ls_sum = grouped_jackknife(lambda b: least_squares(b).sum(), batch_a, groups=settings.jack_groups)
+        fit.batch_a = batch_a
+    return rows, fit, curve
 
 
 def zero_predictor_table(attention: AttentionExperiment) -> Any:
@@ -2151,8 +2418,7 @@ class Study:
         return _head_ratio_pct(self._head_reps(fit), order[1], order[0])
 
     def _head_reps(self, fit: SettingFit) -> Tensor:
-        b = _kept(fit.batch_b, "fit")
-        return replicate_mse(b, self.design.target, torch.eye(self.settings.num_heads, dtype=b.dtype, device=b.device))
+        return _kept(fit.head_rep, "fit")
 
     @cached_property
     def rate_halves(self) -> Comparison:
@@ -2178,23 +2444,36 @@ def nested_studies(
 ) -> dict[str, NestedStudy]:
     """Reading 2 in every setting: experiments 1 and 2 at κ max (their batches A and B), then the rate study's n.
 
+    The ensembles were formed where each setting ran (:func:`surrogate_setting`, :func:`rate_setting`);
+    this collects them.
+
+    Parameters
+    ----------
+    settings : Settings
+    design : Design
+        The design the experiments ran on.
+    relevance, bandwidth : Experiment
+        Experiments 1 and 2.
+    rates : RateStudy, optional
+
     Returns
     -------
     dict of str to NestedStudy
         ``"exp. 1, κ max"``, ``"exp. 2, κ max"`` and, with ``rates``, ``"consistent heads, n = <n>"`` per n,
         in this order.
+
+    Raises
+    ------
+    ValueError
+        If an experiment's fit at κ max has no nested ensembles.
     """
     k1 = settings.k1
-    out = {
-        label: nested_study(
-            label,
-            _kept(exp.fits[k1].batch_a, label),
-            _kept(exp.fits[k1].batch_b, label),
-            design.target,
-            ratios=settings.ratios,
-        )
-        for label, exp in (("exp. 1, κ max", relevance), ("exp. 2, κ max", bandwidth))
-    }
+    out: dict[str, NestedStudy] = {}
+    for label, exp in (("exp. 1, κ max", relevance), ("exp. 2, κ max", bandwidth)):
+        run = exp.fits[k1].nested
+        if run is None:
+            raise ValueError(f"{label}: the fit at kappa = {k1} has no nested ensembles")
+        out[label] = run
     if rates is not None:
         out.update(rates.nested)
     return out
@@ -2206,16 +2485,25 @@ def run_study(
     seed: int,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = torch.float64,
+    executor: Any = "serial",
+    path: str | Path | None = None,
+    progress: bool = False,
 ) -> Study:
-    """Every experiment of the chapter in the notebook's order, from one seed (what the notebook runs step by step).
+    """Every experiment of the chapter, as the notebook runs it: the settings through :func:`run_settings`.
 
     Parameters
     ----------
     settings : Settings
     seed : int
-        Seeds the device generator of the training sets (and the validation noise, see :func:`make_design`).
+        The run's seed: each setting's seed is :func:`nwlib.sweep.point_seed` of it and the setting.
     device, dtype : optional
-        The analysis device and dtype (default float64 on the CPU).
+        The analysis device and dtype (default float64 on the CPU); the points run on ``device`` too.
+    executor : str or concurrent.futures.Executor, default "serial"
+        Where the settings run (:func:`nwlib.sweep.open_executor`); the results do not depend on it.
+    path : str or Path, optional
+        JSON-lines file of finished settings (a rerun resumes from it); default: in memory.
+    progress : bool, default False
+        Show a progress bar.
 
     Returns
     -------
@@ -2223,18 +2511,424 @@ def run_study(
     """
     dev = require_device(device)
     design = make_design(settings, seed=seed, device=dev, dtype=dtype)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    exp1 = surrogate_experiment(settings, design, "relevance", generator=gen)
-    exp2 = surrogate_experiment(settings, design, "bandwidth", generator=gen)
+    sweep = run_settings(settings, design, seed=seed, executor=executor, device=str(dev), path=path, progress=progress)
     validation = validation_study(
-        settings, design.target, [("e1", exp1, settings.k0), ("e1", exp1, settings.k1), ("e2", exp2, settings.k1)]
+        settings,
+        design.target,
+        [
+            ("e1", sweep.relevance, settings.k0),
+            ("e1", sweep.relevance, settings.k1),
+            ("e2", sweep.bandwidth, settings.k1),
+        ],
     )
-    rates = consistent_heads_study(settings, generator=gen, device=dev, dtype=design.dtype)
-    att = attention_experiment(settings, design, generator=gen)
-    nested = nested_studies(settings, design, exp1, exp2, rates)
-    study = Study(settings, design, exp1, exp2, nested, validation, rates, att)
-    study.quality = quality_batches(study, generator=gen)
-    return study
+    nested = nested_studies(settings, design, sweep.relevance, sweep.bandwidth, sweep.rates)
+    return Study(
+        settings,
+        design,
+        sweep.relevance,
+        sweep.bandwidth,
+        nested,
+        validation,
+        sweep.rates,
+        sweep.attention,
+        quality=sweep.quality,
+    )
+
+
+# --- every setting as an independent point of a sweep --------------------------------------------
+
+SETTING_EXPERIMENTS = ("rates", "relevance", "bandwidth", "attention")
+"""The experiments whose settings :func:`setting_point` runs: the consistent heads (a setting is an n),
+experiments 1 and 2 of the surrogate and experiment 1 under attention (a setting is a κ)."""
+
+_SETTING_POINT_KEYS = ("experiment", "setting", "settings")
+
+
+def setting_points(settings: Settings) -> list[dict[str, Any]]:
+    """The grid of :func:`setting_point`: one point per setting of every experiment.
+
+    The consistent heads' sample sizes come first, largest first (the costliest points, which a pool
+    should start early), then every κ of experiment 1, experiment 2 and attention. Each point carries
+    all of ``settings`` (:meth:`Settings.as_point`), so that it is self-contained.
+
+    Parameters
+    ----------
+    settings : Settings
+
+    Returns
+    -------
+    list of dict
+        ``{"experiment": ..., "setting": n or κ, "settings": {...}}``; ``len(rate_ns) + 3 len(kappas)`` points.
+
+    Examples
+    --------
+    >>> s = Settings(2, 2, 8, 4, 4, 0.5, [0, 1], [0.5], 20, 80, 4, [1], 4, 2, [1, 2, 3], [8, 16], 2, 0.25)
+    >>> [(p["experiment"], p["setting"]) for p in setting_points(s)][:3]
+    [('rates', 16), ('rates', 8), ('relevance', 0.0)]
+    """
+    if not isinstance(settings, Settings):
+        raise TypeError(f"settings must be a Settings, got {type(settings).__name__}")
+    fields_ = settings.as_point()
+    out = [
+        {"experiment": "rates", "setting": n_r, "settings": fields_} for n_r in sorted(settings.rate_ns, reverse=True)
+    ]
+    for kind in ("relevance", "bandwidth", "attention"):
+        out += [{"experiment": kind, "setting": kappa, "settings": fields_} for kappa in settings.kappas]
+    return out
+
+
+def setting_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") -> dict[str, Any]:
+    """One setting of the chapter, from its own seed: what :func:`run_settings` collects.
+
+    * ``"relevance"`` / ``"bandwidth"`` at a κ: :func:`surrogate_setting` (batch A, then batch B), the
+      validation noise from a CPU generator of its own;
+    * ``"attention"`` at a κ: :func:`attention_setting` (the tuning batch, batch A, then batch B);
+    * ``"rates"`` at an n: :func:`rate_setting` (batch A, then batch B);
+
+    then, where a case of C11 reads one (the κ ends, every n), the setting's quality batch
+    (:func:`population_head_errors`), drawn after batches A and B, so it is independent of them. Every
+    scheme of a setting is scored on the same batches (paired), as in the serial experiments; distinct
+    settings are independent.
+
+    Parameters
+    ----------
+    point : Mapping
+        ``experiment`` (one of :data:`SETTING_EXPERIMENTS`), ``setting`` (a κ of ``kappas`` or an n of
+        ``rate_ns``) and ``settings`` (the fields of :class:`Settings`, see :meth:`Settings.as_point`).
+    seed : int
+        Seeds the training sets (a generator on ``device``) and, through
+        :func:`nwlib.sweep.point_seed` of it, the validation noise (a CPU generator).
+    device : str, default "cpu"
+        Where to compute (``"auto"``: CUDA, then MPS, then CPU). Float64, float32 on MPS.
+
+    Returns
+    -------
+    dict
+        JSON values: ``experiment``, ``setting``, ``rows`` (the table's rows), ``fit`` (the
+        :class:`SettingFit` without its batches, with the summaries the later studies read), ``heads``
+        (the rate study's rows per head, else None) and ``tuning`` (attention's validation error per
+        temperature, else None). :func:`collect_settings` turns them back into tensors.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``point`` lacks a coordinate or holds a bad value (named in the message).
+    """
+    require_point(point, _SETTING_POINT_KEYS)
+    if not isinstance(point["settings"], Mapping):
+        raise TypeError(f"point['settings'] must be a mapping of Settings' fields, got {type(point['settings'])}")
+    settings = Settings(**point["settings"])
+    experiment = require_choice(point["experiment"], "experiment", SETTING_EXPERIMENTS)
+    seed = require_seed(seed)
+    dev = resolve_device(device)
+    dtype = torch.float32 if dev.type == "mps" else torch.float64
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    design = make_design(settings, seed=DESIGN_SEED, device=dev, dtype=dtype)
+    heads: list[dict[str, Any]] | None = None
+    tuning: list[float] | None = None
+    if experiment == "rates":
+        setting: Any = require_positive_int(point["setting"], "setting")
+        if setting not in settings.rate_ns:
+            raise ValueError(f"setting must be an n of rate_ns {list(settings.rate_ns)}, got {setting}")
+        part = rate_setting(settings, setting, generator=gen, device=dev, dtype=dtype)
+        rows, fit, heads = part.rows, part.fit, part.heads
+    else:
+        setting = require_real(point["setting"], "setting")
+        if setting not in settings.kappas:
+            raise ValueError(f"setting must be a kappa of kappas {list(settings.kappas)}, got {setting}")
+        if experiment == "attention":
+            rows, fit, tuning = attention_setting(settings, design, setting, generator=gen)
+        else:
+            noise = torch.Generator().manual_seed(point_seed(seed, {"stream": "validation noise"}))
+            design = dataclasses.replace(design, validation_generator=noise)
+            if experiment == "bandwidth":
+                _check_scott_default(settings, design)
+            rows, fit = surrogate_setting(settings, design, experiment, setting, generator=gen)
+    if _quality_key(settings, experiment, setting) is not None:
+        tau = fit.temperature if experiment == "attention" else None
+        fit.quality = _setting_quality(settings, design, experiment, setting, generator=gen, temperature=tau)
+    return {
+        "experiment": experiment,
+        "setting": setting,
+        "rows": _rows_json(rows),
+        "fit": _fit_json(fit),
+        "heads": None if heads is None else _rows_json(heads),
+        "tuning": tuning,
+    }
+
+
+@dataclass(eq=False)
+class SettingSweep:
+    """The chapter's settings run as a sweep and collected (see :func:`run_settings`)."""
+
+    relevance: Experiment
+    """Experiment 1 (as :func:`surrogate_experiment` with ``"relevance"`` builds it)."""
+    bandwidth: Experiment
+    """Experiment 2."""
+    rates: RateStudy
+    """The consistent heads (as :func:`consistent_heads_study`)."""
+    attention: AttentionExperiment
+    """Experiment 1 under attention (as :func:`attention_experiment`)."""
+    quality: dict[str, Tensor]
+    """The quality batches, keyed as :func:`quality_batches`."""
+    points: list[dict[str, Any]]
+    """The sweep's points (:func:`setting_points`)."""
+    seconds: float = math.nan
+    """Wall-clock time of the sweep (0 where every point was read back from its file)."""
+
+
+def run_settings(
+    settings: Settings,
+    design: Design,
+    *,
+    seed: int,
+    executor: Any = "serial",
+    device: str | None = None,
+    path: str | Path | None = None,
+    progress: bool = False,
+) -> SettingSweep:
+    """Every setting of the chapter (:func:`setting_points`) through :func:`nwlib.sweep.run_sweep`, collected.
+
+    Each setting is one point with its own seed (:func:`nwlib.sweep.point_seed` of ``seed`` and the point),
+    so it does not matter where or in which order the points run: serially, on a process pool or on a
+    Dask cluster.
+
+    Parameters
+    ----------
+    settings : Settings
+    design : Design
+        The design of the analysis (its device and dtype receive the results); :func:`make_design`.
+    seed : int
+        The sweep's seed (>= 0).
+    executor : str or concurrent.futures.Executor, default "serial"
+        Where the points run (:func:`nwlib.sweep.open_executor`): ``"serial"``, ``"process:N"``,
+        ``"dask:tcp://host:8786"``.
+    device : str, optional
+        Where each point computes (``"auto"``: each worker picks its accelerator); default the design's device.
+    path : str or Path, optional
+        JSON-lines file of finished points (a rerun resumes from it); default: in memory.
+    progress : bool, default False
+        Show a progress bar.
+
+    Returns
+    -------
+    SettingSweep
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad argument (named in the message).
+    """
+    if not isinstance(design, Design):
+        raise TypeError(f"design must be a Design, got {type(design).__name__}")
+    points = setting_points(settings)
+    started = time.perf_counter()
+    results = run_sweep(
+        setting_point,
+        points,
+        seed=seed,
+        executor=executor,
+        path=path or None,
+        device=str(design.device) if device is None else device,
+        progress=progress,
+        desc="ch04 settings",
+    )
+    return collect_settings(settings, design, points, results, seconds=time.perf_counter() - started)
+
+
+def collect_settings(
+    settings: Settings,
+    design: Design,
+    points: Sequence[Mapping[str, Any]],
+    results: Sequence[Mapping[str, Any]],
+    *,
+    seconds: float = math.nan,
+) -> SettingSweep:
+    """The experiments from the results of :func:`setting_point`, as the serial functions build them.
+
+    Parameters
+    ----------
+    settings : Settings
+    design : Design
+        Results become tensors of its dtype on its device.
+    points, results : sequence of Mapping
+        :func:`setting_points` and :func:`nwlib.sweep.run_sweep`'s results for them, in the same order.
+    seconds : float, optional
+        The sweep's wall-clock time.
+
+    Returns
+    -------
+    SettingSweep
+
+    Raises
+    ------
+    ValueError
+        If a setting of ``settings`` has no result.
+    """
+    import pandas as pd
+
+    dtype, dev = design.dtype, design.device
+    got = {(p["experiment"], p["setting"]): r for p, r in zip(points, results, strict=True)}
+
+    def result(experiment: str, setting: Any) -> Mapping[str, Any]:
+        if (experiment, setting) not in got:
+            raise ValueError(f"results: no result for {experiment} at {setting}")
+        return got[(experiment, setting)]
+
+    def experiment_run(kind: str) -> tuple[list[dict[str, Any]], dict[Any, SettingFit]]:
+        rows: list[dict[str, Any]] = []
+        fits: dict[Any, SettingFit] = {}
+        for kappa in settings.kappas:
+            r = result(kind, kappa)
+            rows += _json_rows(r["rows"])
+            fits[kappa] = _json_fit(r["fit"], dtype=dtype, device=dev)
+        return rows, fits
+
+    relevance = Experiment(*_frame_and(experiment_run("relevance")))
+    bandwidth = Experiment(*_frame_and(experiment_run("bandwidth")))
+    att_rows, att_fits = experiment_run("attention")
+    attention = AttentionExperiment(
+        pd.DataFrame(att_rows),
+        att_fits,
+        target=design.task.f(layer_norm_tokens(design.eval_points)),
+        tuning={kappa: list(result("attention", kappa)["tuning"]) for kappa in settings.kappas},
+    )
+    parts = []
+    for n_r in settings.rate_ns:
+        r = result("rates", n_r)
+        parts.append(
+            RateSetting(_json_rows(r["rows"]), _json_rows(r["heads"]), _json_fit(r["fit"], dtype=dtype, device=dev))
+        )
+    rates = rate_study(settings, parts)
+    quality: dict[str, Tensor] = {}
+    for kp in (settings.k1, settings.k0):
+        for kind, run in (("relevance", relevance), ("bandwidth", bandwidth), ("attention", attention)):
+            key = _quality_key(settings, kind, kp)
+            assert key is not None
+            quality[key] = _kept(run.fits[kp].quality, key)
+    for n_r in settings.rate_ns:
+        quality[f"rate_n{n_r}"] = _kept(rates.fits[n_r].quality, f"rate_n{n_r}")
+    return SettingSweep(relevance, bandwidth, rates, attention, quality, [dict(p) for p in points], seconds)
+
+
+def _frame_and(run: tuple[list[dict[str, Any]], dict[Any, SettingFit]]) -> tuple[Any, dict[Any, SettingFit]]:
+    import pandas as pd
+
+    return pd.DataFrame(run[0]), run[1]
+
+
+# JSON forms of a setting's results: ordered mappings as [key, value] pairs and rows as columns + data,
+# so that their order survives a sweep file (whose records are written with sorted keys).
+
+
+def _tensor_json(t: Tensor | None) -> Any:
+    return None if t is None else t.detach().cpu().tolist()
+
+
+def _json_tensor(x: Any, dtype: torch.dtype, device: torch.device) -> Tensor | None:
+    return None if x is None else torch.tensor(x, dtype=dtype, device=device)
+
+
+def _pairs_json(d: Mapping[str, Any], value: Callable[[Any], Any] = float) -> list[list[Any]]:
+    return [[k, value(v)] for k, v in d.items()]
+
+
+def _rows_json(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    columns = list(rows[0]) if rows else []
+    if any(list(r) != columns for r in rows):
+        raise ValueError("rows must all have the same columns, in the same order")
+    return {"columns": columns, "data": [[r[c] for c in columns] for r in rows]}
+
+
+def _json_rows(d: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(zip(d["columns"], row, strict=True)) for row in d["data"]]
+
+
+def _fit_json(fit: SettingFit) -> dict[str, Any]:
+    """A setting's fit as JSON values, without its batches."""
+    t = _tensor_json
+    nested = fit.nested
+    return {
+        "ranking": [t(fit.ranking.order), t(fit.ranking.head_mse), t(fit.ranking.head_mse_se)],
+        "second_moments": t(fit.second_moments),
+        "weights": _pairs_json(fit.weights, t),
+        "scores": _pairs_json(fit.scores, t),
+        "oracle_b": fit.oracle_b,
+        "se_a": _pairs_json(fit.se_a),
+        "validation": None if fit.validation is None else [t(x) for x in fit.validation],
+        "head_rep": t(fit.head_rep),
+        "head_mse": t(fit.head_mse),
+        "ls_sum": None if fit.ls_sum is None else [float(fit.ls_sum.estimate), float(fit.ls_sum.se)],
+        "mse_a": _pairs_json(fit.mse_a),
+        "zero_mse": fit.zero_mse,
+        "temperature": fit.temperature,
+        "optimal_leave_out": t(fit.optimal_leave_out),
+        "error_products": t(fit.error_products),
+        "validation_rows": None if fit.validation_rows is None else _rows_json(fit.validation_rows),
+        "nested": None
+        if nested is None
+        else {
+            "table": _rows_json(nested.table.to_dict("records")),
+            "scores": _pairs_json(nested.scores, t),
+            "mean_a": _pairs_json(nested.mean_a, t),
+        },
+        "quality": t(fit.quality),
+    }
+
+
+def _json_fit(d: Mapping[str, Any], *, dtype: torch.dtype, device: torch.device) -> SettingFit:
+    """The inverse of :func:`_fit_json`, on ``device`` in ``dtype`` (the head order in int64)."""
+    import pandas as pd
+
+    def t(x: Any) -> Tensor | None:
+        return _json_tensor(x, dtype, device)
+
+    def tensors(pairs: Sequence[Sequence[Any]]) -> dict[str, Tensor]:
+        return {k: torch.tensor(v, dtype=dtype, device=device) for k, v in pairs}
+
+    order, head_mse, head_mse_se = d["ranking"]
+    ranking = HeadRanking(
+        torch.tensor(order, dtype=torch.int64, device=device),
+        torch.tensor(head_mse, dtype=dtype, device=device),
+        torch.tensor(head_mse_se, dtype=dtype, device=device),
+    )
+    validation = None
+    if d["validation"] is not None:
+        fib, opt, orders = d["validation"]
+        validation = ValidationFits(
+            torch.tensor(fib, dtype=dtype, device=device),
+            torch.tensor(opt, dtype=dtype, device=device),
+            torch.tensor(orders, dtype=torch.int64, device=device),
+        )
+    ls_sum = None
+    if d["ls_sum"] is not None:
+        ls_sum = JackknifeEstimate(*(torch.tensor(v, dtype=torch.float64, device=device) for v in d["ls_sum"]))
+    nested = None
+    if d["nested"] is not None:
+        nd = d["nested"]
+        nested = NestedStudy(pd.DataFrame(_json_rows(nd["table"])), tensors(nd["scores"]), tensors(nd["mean_a"]))
+    second_moments = t(d["second_moments"])
+    assert second_moments is not None
+    return SettingFit(
+        ranking=ranking,
+        second_moments=second_moments,
+        weights=tensors(d["weights"]),
+        scores=tensors(d["scores"]),
+        oracle_b=float(d["oracle_b"]),
+        se_a={k: float(v) for k, v in d["se_a"]},
+        validation=validation,
+        head_rep=t(d["head_rep"]),
+        head_mse=t(d["head_mse"]),
+        ls_sum=ls_sum,
+        mse_a={k: float(v) for k, v in d["mse_a"]},
+        zero_mse=float(d["zero_mse"]),
+        temperature=float(d["temperature"]),
+        optimal_leave_out=t(d["optimal_leave_out"]),
+        error_products=t(d["error_products"]),
+        validation_rows=None if d["validation_rows"] is None else _json_rows(d["validation_rows"]),
+        nested=nested,
+        quality=t(d["quality"]),
+    )
 
 
 def _head_ratio_pct(rep: Tensor, h: int, g: int) -> Comparison:
@@ -2255,11 +2949,6 @@ def _ratio_pct(fits: Mapping[Any, SettingFit], kp: Any, a: str, b: str) -> Compa
     )
 
 
-def _optimal_jackknife(batch_a: Tensor, target: Tensor, groups: int) -> Any:
-    """Optimal weights fitted on batch A, with their delete-a-group jackknife SEs over A's replicates."""
-    return grouped_jackknife(lambda b: optimal_weights(error_second_moments(b, target)), batch_a, groups=groups)
-
-
 def reading1_numbers(study: Study) -> GlueSet:
     """Reading 1 (fixed H), experiments 1 and 2: the numbers the chapter quotes (keys ``e1_*``, ``e2_*``).
 
@@ -2267,7 +2956,7 @@ def reading1_numbers(study: Study) -> GlueSet:
     depends a little on that order, which its SE does not cover: those values are informational.
     """
     s = study.settings
-    k0, k1, target = s.k0, s.k1, study.design.target
+    k0, k1 = s.k0, s.k1
     exact: dict[str, Any] = {"kappa_max": k1}
     mc: dict[str, Comparison] = {}
     info: dict[str, Any] = {}
@@ -2280,7 +2969,7 @@ def reading1_numbers(study: Study) -> GlueSet:
         wins = significant([_vs_uniform(df, kp) for kp in s.kappas], alternative="less")  # Holm over the κ
         exact[f"{key}_fib_first_win"] = next((kp for kp, w in zip(s.kappas, wins, strict=True) if w), math.nan)
         exact[f"{key}_best_structured_k1"] = best_name
-        jack = _optimal_jackknife(_kept(fits[k1].batch_a, key), target, s.jack_groups)
+        jack = fits[k1].optimal_jackknife()
         lowest = int(jack.estimate.argmin())
         info[f"{key}_oracle_k1"] = fits[k1].oracle_b  # in-sample on B: no SE
         for name, c in {
@@ -2557,7 +3246,7 @@ def finding_evidence(study: Study) -> Evidence:
     -------
     Evidence
     """
-    s, target = study.settings, study.design.target
+    s = study.settings
     k0, k1, H = s.k0, s.k1, s.num_heads
     exp1, exp2, att = study.relevance.table, study.bandwidth.table, study.attention.table
     rate_df, rates = study.rates.table, study.rates
@@ -2614,17 +3303,12 @@ def finding_evidence(study: Study) -> Evidence:
     )
     fit2 = study.bandwidth.fits[k1]
     # the weight of the most oversmoothed head (the last), and it minus every other weight: jackknife over A
-    w_jack = grouped_jackknife(
-        lambda b: (lambda w: torch.cat([w[-1:], w[-1] - w[:-1]]))(optimal_weights(error_second_moments(b, target))),
-        _kept(fit2.batch_a, "bandwidth"),
-        groups=s.jack_groups,
-    )
+    w_jack = fit2.optimal_jackknife(lambda w: torch.cat([w[-1:], w[-1] - w[:-1]]))
     t["e2_negative_weight"] = [estimate(e, se) for e, se in zip(w_jack.estimate, w_jack.se, strict=True)]
     # exp. 2: pairs with M_hh' > min(M_hh, M_h'h') (both optimal two-head weights positive iff none). Batch A
     # lists them; batch B tests the largest violation, that the wider head of each listed pair has the larger
     # error, and that no pair of heads with bandwidths up to Scott's violates it.
-    err_b2 = _kept(fit2.batch_b, "bandwidth") - target
-    E_b2 = torch.einsum("rhm,rgm->rhg", err_b2, err_b2) / err_b2.shape[-1]  # (R, H, H)
+    E_b2 = _kept(fit2.error_products, "bandwidth")  # (R, H, H)
     M2 = fit2.second_moments
     excess = {(h, g): float(M2[h, g] - min(M2[h, h], M2[g, g])) for h in range(H) for g in range(h + 1, H)}
     violating = [p for p, x in excess.items() if x > 0]
@@ -2796,71 +3480,92 @@ def quality_batches(study: Study, *, generator: torch.Generator) -> dict[str, Te
     """The heads' population errors (:func:`population_head_errors`) in every setting a case of C11 describes.
 
     Keys as :func:`quality_spreads` reads them: ``e1``, ``e2``, ``att`` (κ max), ``eq_e1``, ``eq_e2``,
-    ``eq_att`` (κ = κ_0), ``rate_n<n>``; consumed from ``generator`` in this order, after every other
-    experiment, so that none of their streams moves. Attention uses the temperature its tuning batch chose.
+    ``eq_att`` (κ = κ_0), ``rate_n<n>``; consumed from ``generator`` in this order. Attention uses the
+    temperature its tuning batch chose. (:func:`run_settings` draws each setting's quality batch inside
+    its point, after its batches A and B, instead.)
     """
     s, design = study.settings, study.design
-    R_q, m_q = s.quality_replicates, s.quality_points
-    theta_min, theta_max = math.radians(s.theta_min_deg), math.radians(s.theta_max_deg)
-    u, task, D = design.u, design.task, s.embed_dim
-    h_scott = float(scott_bandwidth(s.n, 1))
     out: dict[str, Tensor] = {}
+    for tag, kp in (("", s.k1), ("eq_", s.k0)):
+        for kind, key in (("relevance", "e1"), ("bandwidth", "e2")):
+            out[tag + key] = _setting_quality(s, design, kind, kp, generator=generator)
+        tau = study.attention.fits[kp].temperature
+        out[tag + "att"] = _setting_quality(s, design, "attention", kp, generator=generator, temperature=tau)
+    for n_r in s.rate_ns:
+        out[f"rate_n{n_r}"] = _setting_quality(s, design, "rates", n_r, generator=generator)
+    return out
 
-    def angles(kappa: float) -> Tensor:
-        return theta_min + kappa * u * (theta_max - theta_min)
 
-    def surrogate(kind: str, kappa: float) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
-        th = angles(kappa) if kind == "e1" else torch.full_like(u, theta_min)
-        bw = None if kind == "e1" else h_scott * s.bandwidth_span ** (kappa * (2 * u - 1))
-        W = relevance_projections(th)
-        return lambda z: (
-            simulate_heads(task, W, z, n=s.n, replicates=1, generator=generator, bandwidth=bw)[0],
-            task.f(z),
+_QUALITY_KEYS = {"relevance": "e1", "bandwidth": "e2", "attention": "att"}
+
+
+def _quality_key(settings: Settings, experiment: str, setting: Any) -> str | None:
+    """The key of a setting's quality batch (:func:`quality_batches`), None where no case reads one."""
+    if experiment == "rates":
+        return f"rate_n{setting}"
+    if setting == settings.k1:
+        return _QUALITY_KEYS[experiment]
+    if setting == settings.k0:
+        return "eq_" + _QUALITY_KEYS[experiment]
+    return None
+
+
+def _setting_quality(
+    settings: Settings,
+    design: Design,
+    experiment: str,
+    setting: Any,
+    *,
+    generator: torch.Generator,
+    temperature: float | None = None,
+) -> Tensor:
+    """(H, R_q) one setting's quality batch: its heads' population errors (:func:`population_head_errors`).
+
+    ``experiment`` is ``"relevance"``, ``"bandwidth"`` or ``"attention"`` (``setting`` a κ; attention at
+    ``temperature``) or ``"rates"`` (``setting`` an n).
+    """
+    R_q, m_q = settings.quality_replicates, settings.quality_points
+    task, dtype, dev = design.task, design.dtype, design.device
+    predict: Callable[[Tensor], tuple[Tensor, Tensor]]
+    if experiment in _EXPERIMENTS:
+        W, bw = _surrogate_heads(settings, design, experiment, setting)
+
+        def predict(z: Tensor) -> tuple[Tensor, Tensor]:
+            pred = simulate_heads(task, W, z, n=settings.n, replicates=1, generator=generator, bandwidth=bw)[0]
+            return pred, task.f(z)
+
+        embed_dim = settings.embed_dim
+    elif experiment == "attention":
+        if temperature is None:
+            raise ValueError("temperature: attention's quality batch needs the temperature its tuning batch chose")
+        theta_min, theta_max = math.radians(settings.theta_min_deg), math.radians(settings.theta_max_deg)
+        w = relevance_projections(theta_min + setting * design.u * (theta_max - theta_min))[:, :, 0].to(SIM_DTYPE)
+        kw: dict[str, Any] = dict(
+            key_bias=settings.key_bias, key_scale=settings.key_scale, value_leak=settings.value_leak
         )
-
-    def attention(kappa: float) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
-        w = relevance_projections(angles(kappa))[:, :, 0].to(SIM_DTYPE)
-        kw: dict[str, Any] = dict(key_bias=s.key_bias, key_scale=s.key_scale, value_leak=s.value_leak)
-        tau = study.attention.fits[kappa].temperature
 
         def predict(z: Tensor) -> tuple[Tensor, Tensor]:
             t_z = layer_norm_tokens(z)
-            tokens, y = draw_token_data(task, s.n, 1, generator=generator)
-            return cosine_heads(tokens, y, t_z.to(SIM_DTYPE), w, temperature=tau, **kw)[0], task.f(t_z)
+            tokens, y = draw_token_data(task, settings.n, 1, generator=generator)
+            return cosine_heads(tokens, y, t_z.to(SIM_DTYPE), w, temperature=temperature, **kw)[0], task.f(t_z)
 
-        return predict
-
-    for tag, kp in (("", s.k1), ("eq_", s.k0)):
-        for kind in ("e1", "e2"):
-            out[tag + kind] = population_head_errors(
-                surrogate(kind, kp), D, replicates=R_q, points=m_q, generator=generator, dtype=design.dtype
-            )
-        out[tag + "att"] = population_head_errors(
-            attention(kp), D, replicates=R_q, points=m_q, generator=generator, dtype=design.dtype
-        )
-    dims = s.rate_head_dims
-    W_r = consistent_projections(dims, dtype=design.dtype, device=design.device)
-    task_r = make_task("single_index", W_r.shape[1], noise_sd=s.noise_sd)
-
-    def consistent(n_r: int) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
-        bw_r = torch.tensor([scott_bandwidth(n_r, d_h) for d_h in dims], dtype=design.dtype, device=design.device)
+        embed_dim = settings.embed_dim
+    elif experiment == "rates":
+        dims = settings.rate_head_dims
+        W_r = consistent_projections(dims, dtype=dtype, device=dev)
+        task_r = make_task("single_index", W_r.shape[1], noise_sd=settings.noise_sd)
+        bw_r = torch.tensor([scott_bandwidth(setting, d_h) for d_h in dims], dtype=dtype, device=dev)
 
         def predict(z: Tensor) -> tuple[Tensor, Tensor]:
-            pred = simulate_heads(task_r, W_r, z, n=n_r, replicates=1, generator=generator, bandwidth=bw_r)[0]
+            pred = simulate_heads(task_r, W_r, z, n=setting, replicates=1, generator=generator, bandwidth=bw_r)[0]
             return pred, task_r.f(z)
 
-        return predict
-
-    for n_r in s.rate_ns:
-        out[f"rate_n{n_r}"] = population_head_errors(
-            consistent(n_r),
-            W_r.shape[1],
-            replicates=R_q,
-            points=m_q,
-            generator=generator,
-            dtype=design.dtype,
-        )
-    return out
+        embed_dim = W_r.shape[1]
+    else:
+        raise ValueError(f"experiment must be one of {[*_EXPERIMENTS, 'attention', 'rates']}, got {experiment!r}")
+    return population_head_errors(
+        predict, embed_dim, replicates=R_q, points=m_q, generator=generator, dtype=design.dtype
+    )
 
 
 def quality_spreads(study: Study, evidence: Evidence) -> dict[str, Comparison]:

@@ -3,11 +3,13 @@ experiments of chapter 4, and what the chapter quotes from them.
 
 References: closed forms of the diagonal model, scipy (brentq, the normal quantile), NumPy brute force
 (explicit ensembles, least squares, delete-a-group loops), and nwlib.simulate called directly with the
-generators in the documented order.
+generators in the documented order (for the sweep's points: each point's own seed).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 import numpy as np
@@ -19,8 +21,10 @@ from scipy.stats import norm
 
 from nwlib import fibonacci_weights, geometric_weights, simulate
 from nwlib.book.verdicts import Case, judge_readings, within_conditions
+from nwlib.combination import grouped_jackknife
 from nwlib.evidence import Comparison
 from nwlib.experiments import structured_weights as sw
+from nwlib.sweep import point_seed
 
 TINY = dict(
     model_heads=3,
@@ -50,9 +54,37 @@ def tiny(**changes) -> sw.Settings:
     return sw.Settings(**{**TINY, **changes})
 
 
+STUDY_SEED = 3
+
+
 @pytest.fixture(scope="module")
 def study() -> sw.Study:
-    return sw.run_study(tiny(), seed=3)
+    return sw.run_study(tiny(), seed=STUDY_SEED)
+
+
+def _point(settings: sw.Settings, experiment: str, setting) -> dict:
+    return next(p for p in sw.setting_points(settings) if (p["experiment"], p["setting"]) == (experiment, setting))
+
+
+def _point_generators(settings, experiment, setting, seed=STUDY_SEED):
+    """The generators a sweep point draws from: its training sets, and the validation noise (documented)."""
+    seed_p = point_seed(seed, _point(settings, experiment, setting))
+    noise = torch.Generator().manual_seed(point_seed(seed_p, {"stream": "validation noise"}))
+    return torch.Generator().manual_seed(seed_p), noise
+
+
+def _rerun(settings, experiment, setting, seed=STUDY_SEED):
+    """A setting recomputed serially by its building block from the point's seeds (the batches kept)."""
+    gen, noise = _point_generators(settings, experiment, setting, seed)
+    design = sw.make_design(settings, seed=0)
+    if experiment == "attention":
+        _, fit, _ = sw.attention_setting(settings, design, setting, generator=gen)
+    elif experiment == "rates":
+        fit = sw.rate_setting(settings, setting, generator=gen).fit
+    else:
+        design = dataclasses.replace(design, validation_generator=noise)
+        _, fit = sw.surrogate_setting(settings, design, experiment, setting, generator=gen)
+    return fit, gen, design
 
 
 def _predictions(R=6, H=4, m=5, seed=0):
@@ -406,7 +438,9 @@ def test_consistent_heads_study_rates_are_the_tables_log_slopes():
 
 def test_attention_least_squares_weights_and_zero_predictor_against_numpy(study):
     fit, att = study.attention.fits[1.0], study.attention
-    A, f = fit.batch_a.numpy(), att.target.numpy()
+    kept, _, _ = _rerun(study.settings, "attention", 1.0)  # the point's batches, from its seed
+    assert torch.equal(kept.scores[sw.LEAST_SQUARES], fit.scores[sw.LEAST_SQUARES])
+    A, f = kept.batch_a.numpy(), att.target.numpy()
     X = A.transpose(0, 2, 1).reshape(-1, 3)  # (R m, H)
     w_ls = np.linalg.lstsq(X, np.tile(f, 4), rcond=None)[0]
     np.testing.assert_allclose(fit.weights[sw.LEAST_SQUARES].numpy(), w_ls, rtol=1e-8)
@@ -603,13 +637,20 @@ def test_quoted_numbers_have_their_classes_and_the_explicit_values(study):
         assert keys <= set(q[cls]), (cls, keys - set(q[cls]))
     assert not set(q["exact"]) & set(q["mc"]) and not set(q["mc"]) & set(q["info"])
     assert all(isinstance(c, Comparison) and c.se >= 0 for c in q["mc"].values())
-    # independent recomputation from the kept batches: uniform and Fibonacci on batch B, ranking of batch A
-    fit, f = study.relevance.fits[1.0], study.design.target.numpy()
-    B = fit.batch_b.numpy()
-    order = np.argsort(((fit.batch_a.numpy() - f) ** 2).mean(axis=(0, 2)), kind="stable")
+    # independent recomputation: the point's batches from nwlib.simulate with its seed (A at the evaluation
+    # and validation points, then B), uniform and Fibonacci on batch B, ranking of batch A
+    fit, design, f = study.relevance.fits[1.0], study.design, study.design.target.numpy()
+    g, _ = _point_generators(study.settings, "relevance", 1.0)
+    W = sw.relevance_projections(torch.tensor([20.0, 50.0, 80.0], dtype=torch.float64).deg2rad()).float()
+    both = simulate(
+        design.task, W, torch.cat([design.eval_points, design.val_points]).float(), n=32, replicates=4, generator=g
+    )
+    B = simulate(design.task, W, design.eval_points.float(), n=32, replicates=4, generator=g).double().numpy()
+    order = np.argsort(((both[..., :16].double().numpy() - f) ** 2).mean(axis=(0, 2)), kind="stable")
     w_fib = np.empty(3)
     w_fib[order] = fibonacci_weights(3, dtype=torch.float64).numpy()
     unif, fib = _ensemble_mse(B, f, np.full(3, 1 / 3)), _ensemble_mse(B, f, w_fib)
+    np.testing.assert_allclose(fit.scores["uniform"].numpy(), unif, rtol=1e-12)  # per replicate, through JSON
     assert q["mc"]["e1_unif_k1"].estimate == pytest.approx(unif.mean(), rel=1e-12)
     assert q["mc"]["e1_unif_k1"].se == pytest.approx(unif.std(ddof=1) / 2, rel=1e-9)
     assert q["mc"]["e1_fib_gain_k1"].estimate == pytest.approx(100 * (unif.mean() - fib.mean()) / unif.mean(), rel=1e-9)
@@ -820,3 +861,128 @@ def test_chapter_tables_are_the_book_style(study):
     assert list(zero.index[-2:]) == ["zero predictor (MSE)", "temperature τ (tuning batch)"]
     assert zero.iloc[-2, 0] == f"{study.attention.table.zero_mse.iloc[0]:.4f}"
     assert "% removed" in zero.iloc[0, 0] and list(zero.columns) == [f"κ = {k:g}" for k in s.kappas]
+
+
+# --- the settings as independent sweep points -----------------------------------------------------------
+
+
+def test_setting_points_carry_every_setting_and_the_costliest_come_first():
+    s = tiny()
+    points = sw.setting_points(s)
+    assert [(p["experiment"], p["setting"]) for p in points] == [
+        ("rates", 64),
+        ("rates", 32),
+        *[(kind, kp) for kind in ("relevance", "bandwidth", "attention") for kp in (0.0, 1.0)],
+    ]
+    assert all(sw.Settings(**p["settings"]) == s for p in points)  # self-contained
+    assert json.loads(json.dumps(points)) == points  # JSON values only
+    seeds = {point_seed(STUDY_SEED, p) for p in points}
+    assert len(seeds) == len(points)  # every setting its own seed, from its coordinates
+
+
+def test_each_setting_point_is_its_serial_building_block_with_the_points_seeds(study):
+    # the sweep's fit (through JSON) against the same setting computed in this process from the point's seeds
+    s = study.settings
+    runs = {"relevance": study.relevance, "bandwidth": study.bandwidth, "attention": study.attention}
+    for experiment, setting in [(e, kp) for e in runs for kp in (0.0, 1.0)] + [("rates", 32), ("rates", 64)]:
+        got = study.rates.fits[setting] if experiment == "rates" else runs[experiment].fits[setting]
+        kept, _, _ = _rerun(s, experiment, setting)
+        for name in kept.scores:
+            assert torch.equal(got.scores[name], kept.scores[name]), (experiment, setting, name)
+            assert torch.equal(got.weights[name], kept.weights[name])
+        assert torch.equal(got.ranking.order, kept.ranking.order) and got.se_a == kept.se_a
+        assert got.mse_a == kept.mse_a and got.oracle_b == kept.oracle_b
+    exp1_k1, _, _ = _rerun(s, "relevance", 1.0)
+    got = study.relevance.fits[1.0]
+    assert repr(got.validation_rows) == repr(exp1_k1.validation_rows)  # NaN SEs where one fit
+    assert got.nested.table.equals(exp1_k1.nested.table)
+    assert torch.equal(got.optimal_leave_out, exp1_k1.optimal_leave_out)
+    assert torch.equal(got.error_products, exp1_k1.error_products)
+    assert study.relevance.fits[0.5 if 0.5 in s.kappas else 0.0].nested is None  # κ max only
+
+
+def test_a_points_quality_batch_continues_its_generator_after_batches_a_and_b(study):
+    s = study.settings
+    _, g, design = _rerun(s, "relevance", 1.0)  # g has drawn batches A and B
+    W = sw.relevance_projections(torch.tensor([20.0, 50.0, 80.0], dtype=torch.float64).deg2rad()).float()
+    ref = []
+    for _ in range(s.quality_replicates):  # fresh points, then a training set, per replicate
+        z = torch.randn(s.quality_points, s.embed_dim, generator=g)
+        pred = simulate(design.task, W, z, n=s.n, replicates=1, generator=g)[0].double()
+        ref.append(((pred - design.task.f(z.double())) ** 2).mean(-1))  # f in the analysis dtype
+    torch.testing.assert_close(study.quality["e1"], torch.stack(ref, 1), rtol=1e-12, atol=0)
+    assert study.quality["e1"].shape == (3, 4) and study.relevance.fits[1.0].quality is not None
+
+
+def test_kept_summaries_equal_the_direct_computations_on_batch_a_and_b(study):
+    s = study.settings
+    kept, _, design = _rerun(s, "bandwidth", 1.0)
+    A, B, f = kept.batch_a, kept.batch_b, design.target
+    direct = grouped_jackknife(lambda b: sw.optimal_weights(sw.error_second_moments(b, f)), A, groups=s.jack_groups)
+    blocked = kept.optimal_jackknife()
+    torch.testing.assert_close(blocked.estimate, direct.estimate, rtol=1e-12, atol=0)
+    torch.testing.assert_close(blocked.se, direct.se, rtol=1e-12, atol=0)
+
+    def contrast(w):
+        return torch.cat([w[-1:], w[-1] - w[:-1]])
+
+    direct_c = grouped_jackknife(
+        lambda b: contrast(sw.optimal_weights(sw.error_second_moments(b, f))), A, groups=s.jack_groups
+    )
+    torch.testing.assert_close(kept.optimal_jackknife(contrast).se, direct_c.se, rtol=1e-12, atol=0)
+    E = (B - f).numpy()
+    np.testing.assert_allclose(kept.error_products.numpy(), np.einsum("rhm,rgm->rhg", E, E) / E.shape[-1], rtol=1e-12)
+    for h in range(3):
+        w = np.eye(3)[h]
+        np.testing.assert_allclose(kept.head_rep[h].numpy(), _ensemble_mse(B.numpy(), f.numpy(), w), rtol=1e-12)
+    with pytest.raises(ValueError, match="leave-out"):
+        sw.surrogate_setting(s, design, "bandwidth", 0.5, generator=torch.Generator())[1].optimal_jackknife()
+
+
+def test_a_setting_fit_survives_a_sweep_file_exactly(study):
+    # a sweep file writes its records with sorted keys: the encoding keeps every order and every bit
+    for fit in (study.relevance.fits[1.0], study.attention.fits[0.0], study.rates.fits[64]):
+        text = json.dumps(sw._fit_json(fit), sort_keys=True, allow_nan=True)
+        back = sw._json_fit(json.loads(text), dtype=torch.float64, device=torch.device("cpu"))
+        assert list(back.scores) == list(fit.scores) and list(back.weights) == list(fit.weights)
+        for name in fit.scores:
+            assert torch.equal(back.scores[name], fit.scores[name]) and torch.equal(
+                back.weights[name], fit.weights[name]
+            )
+        for field in ("second_moments", "head_rep", "head_mse", "optimal_leave_out", "error_products", "quality"):
+            a, b = getattr(fit, field), getattr(back, field)
+            assert (a is None and b is None) or torch.equal(a, b), field
+        assert repr(back.validation_rows) == repr(fit.validation_rows) and back.mse_a == fit.mse_a
+        if fit.nested is not None:
+            assert back.nested.table.equals(fit.nested.table)
+            assert all(torch.equal(back.nested.scores[k], v) for k, v in fit.nested.scores.items())
+
+
+def test_run_settings_resumes_from_its_file_with_the_same_numbers(tmp_path, study):
+    s, design = tiny(), sw.make_design(tiny(), seed=STUDY_SEED)
+    path = tmp_path / "ch04.jsonl"
+    first = sw.run_settings(s, design, seed=STUDY_SEED, path=path)
+    again = sw.run_settings(s, design, seed=STUDY_SEED, path=path)  # every point read back from the file
+    assert len(path.read_text().splitlines()) == len(first.points) == 8
+    for a, b in ((first, again), (first, study)):
+        for name in ("relevance", "bandwidth", "attention"):
+            assert getattr(a, name).table.equals(getattr(b, name).table), name
+        assert a.rates.table.equals(b.rates.table) and a.rates.scheme_rates.equals(b.rates.scheme_rates)
+    assert all(torch.equal(first.quality[k], again.quality[k]) for k in study.quality)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (lambda p: p.pop("setting"), ValueError, "coordinate"),
+        (lambda p: p.update(experiment="depth"), ValueError, "experiment"),
+        (lambda p: p.update(setting=0.25), ValueError, "setting"),
+        (lambda p: p.update(settings=[1, 2]), TypeError, "settings"),
+        (lambda p: p["settings"].update(fit_sizes=[99]), ValueError, "fit_sizes"),
+    ],
+)
+def test_bad_setting_points_are_named(change, error, match):
+    point = json.loads(json.dumps(_point(tiny(), "relevance", 1.0)))
+    change(point)
+    with pytest.raises(error, match=match):
+        sw.setting_point(point, seed=0)
