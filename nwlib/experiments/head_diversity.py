@@ -21,6 +21,9 @@ What is here:
   contrast whose standard error also covers the evaluation points and (for least-squares weights) a
   delete-a-group jackknife over the fitting batch; :func:`steps`, :func:`relative_change` and
   :func:`count_moves` build on it;
+* **sweep points**: one family on a design drawn again from its seed (:func:`family_point`,
+  :func:`family_points`, :func:`run_families`, :func:`design_spec`) and one random placement
+  (:func:`placement_point`);
 * **the studies**: paths of equiangular families (:func:`summarise_path`), the two-angle surface
   (:func:`two_angle_surface`), pairwise orthogonal families against their bounds
   (:func:`orthogonal_study`), the best-of-each-side contest on fresh data (:func:`best_family_contest`),
@@ -31,16 +34,21 @@ What is here:
 
 Common random numbers: every family of the chapter is simulated on the same training sets (one
 generator seed), the same evaluation points and the same fitting batch, so that differences between
-families are paired. Those grids (paths, surface, orthogonal families) therefore run as one unit,
-not as independent sweep points; only the random-subspace check, whose settings share nothing, runs
-through :func:`nwlib.sweep.run_sweep`.
+families are paired. The studies still run through :func:`nwlib.sweep.run_sweep`, on any executor:
+a point names its design by sizes and seed (:func:`design_spec`) and draws it again where it runs, so
+every family of a design sees the same draws and gives the numbers it gives in a serial loop, bit for
+bit. The points are single families (:func:`family_point`, :func:`run_families`: the paths, the surface,
+the orthogonal families, the contests), single placements (:func:`placement_point`) and the settings of
+the random-subspace check (:func:`random_hdi_point`).
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -66,7 +74,7 @@ from ..evidence import fp_tolerance as _fp_tolerance
 from ..kernels import cosine_attention
 from ..montecarlo import simulate
 from ..subspaces import equiangular_heads, hdi, principal_angles, random_subspaces
-from ..sweep import require_point, run_sweep
+from ..sweep import canonical_key, require_point, run_sweep
 from ..tasks import RegressionTask, make_task
 from ..weighting import least_squares_weights, replicate_mse
 
@@ -99,9 +107,12 @@ __all__ = [
     "contrast",
     "cosine_heads",
     "cosine_predictions",
+    "design_spec",
     "count_moves",
     "ensemble_contributions",
     "evaluate",
+    "family_point",
+    "family_points",
     "first_order_noise_cov",
     "head_signal_variance",
     "keep_signal_overlap",
@@ -112,12 +123,14 @@ __all__ = [
     "orthogonal_study",
     "orthogonal_table",
     "pair_with_angles",
+    "placement_point",
     "path_table",
     "random_hdi_check",
     "random_hdi_point",
     "random_placement_study",
     "random_rotation",
     "relative_change",
+    "run_families",
     "run_family",
     "signal_splits",
     "steps",
@@ -1213,6 +1226,7 @@ def random_placement_study(
     seed: int,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
+    executor: str | cf.Executor = "serial",
     **sizes: Any,
 ) -> Placements:
     r"""The MSE along a path of families in expectation over where the family sits: one Haar rotation per draw.
@@ -1222,7 +1236,9 @@ def random_placement_study(
     :math:`O Q_h(\theta)` of :meth:`Design.path_heads` at every angle on it (Gaussian surrogate, weights 1/H). A
     rotation of all heads together keeps every principal angle, hence the HDI, but moves the signal direction
     relative to the heads, so the N placements are independent draws of (placement, training sets, points) and
-    their spread is the standard error of the expected MSE at a given HDI.
+    their spread is the standard error of the expected MSE at a given HDI. Each placement is one point of a
+    sweep (:func:`placement_point`) run by :func:`nwlib.sweep.run_sweep` on ``executor``; its draws come from its
+    own seed, so the numbers do not depend on where it runs.
 
     Parameters
     ----------
@@ -1235,6 +1251,8 @@ def random_placement_study(
     seed : int
     device, dtype
         Of the simulation.
+    executor : str or concurrent.futures.Executor, default "serial"
+        See :func:`nwlib.sweep.open_executor`.
     **sizes
         The other keyword arguments of :func:`make_design`.
 
@@ -1247,21 +1265,24 @@ def random_placement_study(
     if isinstance(thetas, (str, bytes)) or not isinstance(thetas, Sequence) or not thetas:
         raise TypeError("thetas must be a non-empty sequence of angles")
     angles = [require_real(t, f"thetas[{i}]") for i, t in enumerate(thetas)]
-    mse = torch.zeros(N, len(angles), dtype=_F64)
-    index: list[float] = []
-    for j in range(N):
-        seed_j = seed + 100 + 10 * j
-        design = make_design(**sizes, seed=seed_j, device=device, dtype=dtype)
-        rotation = random_subspaces(
-            1, design.embed_dim, design.embed_dim, generator=torch.Generator().manual_seed(seed_j)
-        )
-        rotation = rotation[0].to(dtype=design.dtype, device=design.device)
-        for t, theta in enumerate(angles):
-            run = run_family(design, rotation @ design.path_heads(theta, shared_dim))
-            mse[j, t] = float(run.uniform.per_replicate["err"].mean())
-            if j == 0:
-                index.append(run.hdi)
-    return Placements(mse, index)
+    if isinstance(shared_dim, bool) or not isinstance(shared_dim, int) or shared_dim < 0:
+        raise ValueError(f"shared_dim must be an int >= 0, got {shared_dim!r}")
+    first = make_design(**sizes, seed=seed + 100, device=device, dtype=dtype)  # checks the sizes here
+    spec = design_spec(first)
+    points = [
+        {"design": spec | {"seed": seed + 100 + 10 * j}, "thetas": angles, "shared_dim": shared_dim} for j in range(N)
+    ]
+    results = run_sweep(
+        placement_point,
+        points,
+        seed=seed,
+        executor=executor,
+        device=str(first.device),
+        progress=False,
+        desc="random placements",
+    )
+    mse = torch.tensor([r["mse"] for r in results], dtype=_F64)
+    return Placements(mse, results[0]["hdi"])
 
 
 def ensemble_contributions(predictions: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
@@ -1505,6 +1526,417 @@ def _run_cosine_family(design: Design, Q: Tensor, heads: CosineHeads, *, fit: bo
     return FamilyRun(index, uniform_part, ls, alpha, temperature=chosen)
 
 
+# --- the families as sweep points ----------------------------------------------------------------
+
+_DESIGN_KEYS = (
+    "embed_dim",
+    "num_heads",
+    "head_dim",
+    "noise_sd",
+    "n_train",
+    "n_eval",
+    "replicates",
+    "replicates_fit",
+    "replicates_confirm",
+    "seed",
+    "dtype",
+)
+_FAMILY_KEYS = ("design", "key_ranges", "key_dtype", "attention", "fit", "fresh", "bandwidth", "head_data")
+_PLACEMENT_KEYS = ("design", "thetas", "shared_dim")
+
+
+@contextlib.contextmanager
+def _one_thread(device: torch.device) -> Iterator[None]:
+    # A point is thousands of small tensor operations, as the notebook runs them (one CPU thread); a pool
+    # of N workers then uses N cores without oversubscribing them.
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _dtype_from_name(name: object, what: str) -> torch.dtype:
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be the name of a torch dtype, e.g. 'float32', got {type(name).__name__}")
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{what} must name a floating-point torch dtype, got {name!r}")
+    return dtype
+
+
+def _require_flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def design_spec(design: Design) -> dict[str, Any]:
+    """What :func:`make_design` needs to draw ``design`` again: its sizes, seed and dtype, as JSON values.
+
+    A sweep point (:func:`family_point`) carries this instead of the design's tensors and draws the
+    design again where it runs, so that every point sees the same evaluation points, fitting batch and
+    (through :func:`run_family`'s seeds) training sets as the design it was made from.
+
+    Parameters
+    ----------
+    design : Design
+        Made by :func:`make_design` (or :func:`wide_design`).
+
+    Returns
+    -------
+    dict
+        The keyword arguments of :func:`make_design` but ``device``, with ``dtype`` as a name (``"float32"``).
+
+    Raises
+    ------
+    TypeError
+        If ``design`` is not a :class:`Design`.
+    ValueError
+        If ``make_design`` does not draw the same design from them (one built or changed by hand).
+    """
+    if not isinstance(design, Design):
+        raise TypeError(f"design must be a Design (make_design), got {type(design).__name__}")
+    spec: dict[str, Any] = {
+        "embed_dim": design.embed_dim,
+        "num_heads": design.num_heads,
+        "head_dim": design.head_dim,
+        "noise_sd": design.task.noise_sd,
+        "n_train": design.n_train,
+        "n_eval": design.n_eval,
+        "replicates": design.replicates,
+        "replicates_fit": design.replicates_fit,
+        "replicates_confirm": design.replicates_confirm,
+        "seed": design.seed,
+        "dtype": _dtype_name(design.dtype),
+    }
+    again = None if design.task.name != "single_index" else _design_from_spec(spec, design.device)
+    drawn = ("eval_points", "fit_points", "fit_responses", "fresh_points")
+    if again is None or not all(torch.equal(getattr(design, a), getattr(again, a)) for a in drawn):
+        raise ValueError("design must be drawn by make_design from its sizes and seed (not built or changed by hand)")
+    return spec
+
+
+def _design_from_spec(spec: object, device: torch.device) -> Design:
+    if not isinstance(spec, Mapping):
+        raise TypeError(f"the point's design must be a mapping (design_spec), got {type(spec).__name__}")
+    absent = [k for k in _DESIGN_KEYS if k not in spec]
+    if absent:
+        raise ValueError(f"the point's design lacks {absent}")
+    sizes = {k: spec[k] for k in _DESIGN_KEYS if k != "dtype"}
+    return make_design(**sizes, device=device, dtype=_dtype_from_name(spec["dtype"], "the design's dtype"))
+
+
+def _heads_to_json(attention: object) -> dict[str, Any] | None:
+    if attention is None:
+        return None
+    if isinstance(attention, CosineHeads):
+        return {
+            "kind": "cosine",
+            "rotations": attention.rotations.double().cpu().tolist(),
+            "value_projections": attention.value_projections.double().cpu().tolist(),
+            "temperatures": [float(t) for t in attention.temperatures],
+            "homogeneous": attention.homogeneous,
+        }
+    if isinstance(attention, AttentionHeads):
+        return {
+            "kind": "exp",
+            "key_scales": attention.key_scales.double().cpu().tolist(),
+            "rotations": attention.rotations.double().cpu().tolist(),
+            "value_projections": attention.value_projections.double().cpu().tolist(),
+        }
+    raise TypeError(f"attention must be AttentionHeads, CosineHeads or None, got {type(attention).__name__}")
+
+
+def _heads_from_json(spec: object) -> AttentionHeads | CosineHeads | None:
+    if spec is None:
+        return None
+    fields: dict[str, tuple[str, ...]] = {
+        "cosine": ("rotations", "value_projections", "temperatures", "homogeneous"),
+        "exp": ("key_scales", "rotations", "value_projections"),
+    }
+    kind = spec.get("kind") if isinstance(spec, Mapping) else None
+    if not isinstance(spec, Mapping) or kind not in fields:
+        raise ValueError("the point's attention must be None or a mapping of kind 'cosine' or 'exp'")
+    absent = [k for k in fields[kind] if k not in spec]
+    if absent:
+        raise ValueError(f"the point's attention ({kind}) lacks {absent}")
+    tensors = {
+        k: torch.tensor(spec[k], dtype=_F64) for k in ("key_scales", "rotations", "value_projections") if k in spec
+    }
+    if kind == "cosine":
+        taus = tuple(require_positive_finite(t, "temperatures") for t in spec["temperatures"])
+        homogeneous = _require_flag(spec["homogeneous"], "homogeneous")
+        return CosineHeads(tensors["rotations"], tensors["value_projections"], taus, homogeneous)
+    return AttentionHeads(tensors["key_scales"], tensors["rotations"], tensors["value_projections"])
+
+
+def _evaluation_to_json(part: Evaluation) -> dict[str, Any]:
+    def lists(values: Mapping[str, Tensor]) -> dict[str, list[float]]:
+        return {q: v.double().cpu().tolist() for q, v in values.items()}
+
+    return {
+        "row": {k: float(v) for k, v in part.row.items()},
+        "se": {k: float(v) for k, v in part.se.items()},
+        "per_replicate": lists(part.per_replicate),
+        "per_point": lists(part.per_point),
+        "leave_out": lists(part.leave_out),
+        "dtype": _dtype_name(part.dtype),
+        "condition": float(part.condition),
+    }
+
+
+def _evaluation_from_json(data: Mapping[str, Any]) -> Evaluation:
+    def tensors(values: Mapping[str, list[float]]) -> dict[str, Tensor]:
+        return {q: torch.tensor(v, dtype=_F64) for q, v in values.items()}
+
+    return Evaluation(
+        dict(data["row"]),
+        dict(data["se"]),
+        tensors(data["per_replicate"]),
+        tensors(data["per_point"]),
+        tensors(data["leave_out"]),
+        _dtype_from_name(data["dtype"], "dtype"),
+        data["condition"],
+    )
+
+
+def _run_to_json(run: FamilyRun) -> dict[str, Any]:
+    return {
+        "hdi": run.hdi,
+        "uniform": _evaluation_to_json(run.uniform),
+        "ls": None if run.ls is None else _evaluation_to_json(run.ls),
+        "weights": None if run.weights is None else run.weights.double().cpu().tolist(),
+        "temperature": {k: float(v) for k, v in run.temperature.items()},
+    }
+
+
+def _run_from_json(data: Mapping[str, Any]) -> FamilyRun:
+    ls = None if data["ls"] is None else _evaluation_from_json(data["ls"])
+    weights = None if data["weights"] is None else torch.tensor(data["weights"], dtype=_F64)
+    return FamilyRun(data["hdi"], _evaluation_from_json(data["uniform"]), ls, weights, dict(data["temperature"]))
+
+
+def family_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") -> dict[str, Any]:
+    r"""One family of heads as a sweep point: :func:`run_family` on a design drawn again from its seed.
+
+    The point names everything the run depends on: the design (:func:`design_spec`: the sizes and the
+    seed whose offsets draw the evaluation points, the fitting batch and the training sets), the key
+    ranges (their values), attention's heads (their tensors, or None for the Gaussian surrogate) and
+    :func:`run_family`'s options. Families of one design therefore see the same draws wherever they
+    run (common random numbers), and a point gives the same numbers as :func:`run_family` in the caller.
+
+    Parameters
+    ----------
+    point : Mapping
+        ``design`` (:func:`design_spec`), ``key_ranges`` (nested lists, shape (H, D, d_k)), ``key_dtype``
+        (their dtype's name), ``attention`` (None, or the tensors of :class:`CosineHeads` or
+        :class:`AttentionHeads` as nested lists with ``kind`` ``"cosine"`` or ``"exp"``), ``fit`` and
+        ``fresh`` (bools), ``bandwidth`` (None or a float) and ``head_data``; :func:`run_families` builds it.
+    seed : int
+        Not used: every draw comes from the design's seed (so that the families share them).
+    device : str, default "cpu"
+        Where to simulate (``"auto"``: the worker's accelerator); one thread on the CPU.
+
+    Returns
+    -------
+    dict
+        The :class:`FamilyRun` as JSON values: ``hdi``, ``uniform`` and ``ls`` (each :class:`Evaluation`'s
+        ``row``, ``se``, ``per_replicate``, ``per_point`` and ``leave_out`` as lists, its ``dtype`` and
+        ``condition``; ``ls`` None without ``fit``), ``weights`` and ``temperature``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If the point lacks a coordinate or holds a bad value (named in the message).
+    """
+    require_point(point, _FAMILY_KEYS)
+    _require_seed(seed)
+    dev = resolve_device(device)
+    design = _design_from_spec(point["design"], dev)
+    key_dtype = _dtype_from_name(point["key_dtype"], "key_dtype")
+    try:
+        Q = torch.tensor(point["key_ranges"], dtype=key_dtype, device=dev)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"key_ranges must be nested lists of numbers of shape (H, D, d_k): {err}") from None
+    attention = _heads_from_json(point["attention"])
+    fit = _require_flag(point["fit"], "fit")
+    fresh = _require_flag(point["fresh"], "fresh")
+    bandwidth = None if point["bandwidth"] is None else require_positive_finite(point["bandwidth"], "bandwidth")
+    with _one_thread(dev):
+        run = run_family(
+            design, Q, attention=attention, fit=fit, fresh=fresh, bandwidth=bandwidth, head_data=point["head_data"]
+        )
+    return _run_to_json(run)
+
+
+def family_points(
+    design: Design,
+    key_ranges: Sequence[Tensor],
+    *,
+    attention: AttentionHeads | CosineHeads | None = None,
+    fit: bool = False,
+    fresh: bool = False,
+    bandwidth: float | None = None,
+    head_data: str = "shared",
+) -> list[dict[str, Any]]:
+    """The sweep points of :func:`family_point` for the families of ``key_ranges`` on ``design``, in order.
+
+    Parameters
+    ----------
+    design : Design
+        From :func:`make_design` or :func:`wide_design` (:func:`design_spec`).
+    key_ranges : sequence of Tensor, each of shape (H, D, d_k)
+        The families; their values and dtype go into the points.
+    attention, fit, fresh, bandwidth, head_data
+        As :func:`run_family`, the same for every family.
+
+    Returns
+    -------
+    list of dict
+        One point per family (JSON values), for :func:`nwlib.sweep.run_sweep` with :func:`family_point`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad argument (named in the message), e.g. a design not drawn by :func:`make_design`.
+    """
+    spec = design_spec(design)
+    if isinstance(key_ranges, (str, bytes, Tensor)) or not isinstance(key_ranges, Sequence) or not key_ranges:
+        raise TypeError("key_ranges must be a non-empty sequence of (H, D, d_k) tensors")
+    options = {
+        "attention": _heads_to_json(attention),
+        "fit": _require_flag(fit, "fit"),
+        "fresh": _require_flag(fresh, "fresh"),
+        "bandwidth": None if bandwidth is None else require_positive_finite(bandwidth, "bandwidth"),
+        "head_data": require_choice(head_data, "head_data", ("shared", "independent")),
+    }
+    points = []
+    for i, Q in enumerate(key_ranges):
+        Q = require_tensor(Q, f"key_ranges[{i}]", min_dim=3)
+        if Q.dim() != 3 or Q.shape[1] != design.embed_dim:
+            raise ValueError(f"key_ranges[{i}] must have shape (H, D={design.embed_dim}, d_k), got {tuple(Q.shape)}")
+        points.append({"design": spec, "key_ranges": Q.tolist(), "key_dtype": _dtype_name(Q.dtype), **options})
+    return points
+
+
+def run_families(
+    design: Design,
+    key_ranges: Sequence[Tensor],
+    *,
+    attention: AttentionHeads | CosineHeads | None = None,
+    fit: bool = False,
+    fresh: bool = False,
+    bandwidth: float | None = None,
+    head_data: str = "shared",
+    executor: str | cf.Executor = "serial",
+    desc: str = "families",
+) -> list[FamilyRun]:
+    """:func:`run_family` for every family of ``key_ranges``, each one point of a sweep run on ``executor``.
+
+    The families become points of :func:`family_point` (:func:`family_points`), run by
+    :func:`nwlib.sweep.run_sweep`; each draws the design again from its seed (:func:`design_spec`), so that
+    all of them see the same training sets, evaluation points and fitting batch, as
+    ``[run_family(design, Q, ...) for Q in key_ranges]`` does, and give its numbers bit for bit (results
+    pass through JSON exactly: float64 values and their names). Identical families are run once.
+
+    Parameters
+    ----------
+    design : Design
+        From :func:`make_design` or :func:`wide_design`.
+    key_ranges : sequence of Tensor, each of shape (H, D, d_k)
+        The families.
+    attention, fit, fresh, bandwidth, head_data
+        As :func:`run_family`, the same for every family.
+    executor : str or concurrent.futures.Executor, default "serial"
+        See :func:`nwlib.sweep.open_executor` (``"process:N"``, ``"dask:ADDRESS"``, ...).
+    desc : str, default "families"
+        The sweep's label.
+
+    Returns
+    -------
+    list of FamilyRun
+        In the order of ``key_ranges`` (float64 CPU tensors, as :func:`run_family` returns them).
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad argument (named in the message), e.g. a design not drawn by :func:`make_design`.
+    """
+    points = family_points(
+        design, key_ranges, attention=attention, fit=fit, fresh=fresh, bandwidth=bandwidth, head_data=head_data
+    )
+    distinct = {canonical_key(p): p for p in points}
+    results = run_sweep(
+        family_point,
+        list(distinct.values()),
+        seed=design.seed,
+        executor=executor,
+        device=str(design.device),
+        progress=False,
+        desc=desc,
+    )
+    by_key = dict(zip(distinct, results, strict=True))
+    return [_run_from_json(by_key[canonical_key(p)]) for p in points]
+
+
+def placement_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") -> dict[str, Any]:
+    r"""One placement of :func:`random_placement_study`: a Haar rotation, a design of its own, the path on it.
+
+    Draws the design again from ``point["design"]`` (:func:`design_spec`) and a Haar-random orthogonal O of
+    :math:`\mathbb{R}^D` from a CPU generator seeded with the design's seed, and runs the families
+    :math:`O Q_h(\theta)` of :meth:`Design.path_heads` at every angle (Gaussian surrogate, weights 1/H).
+
+    Parameters
+    ----------
+    point : Mapping
+        ``design`` (:func:`design_spec`), ``thetas`` (a list of angles) and ``shared_dim`` (an int).
+    seed : int
+        Not used: the placement's draws come from its design's seed.
+    device : str, default "cpu"
+        Where to simulate; one thread on the CPU.
+
+    Returns
+    -------
+    dict
+        ``mse``: the integrated MSE at each angle; ``hdi``: the HDI at each angle.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If the point lacks a coordinate or holds a bad value (named in the message).
+    """
+    require_point(point, _PLACEMENT_KEYS)
+    _require_seed(seed)
+    thetas = point["thetas"]
+    if isinstance(thetas, (str, bytes)) or not isinstance(thetas, Sequence) or not thetas:
+        raise TypeError("thetas must be a non-empty sequence of angles")
+    angles = [require_real(t, f"thetas[{i}]") for i, t in enumerate(thetas)]
+    shared_dim = point["shared_dim"]
+    if isinstance(shared_dim, bool) or not isinstance(shared_dim, int) or shared_dim < 0:
+        raise ValueError(f"shared_dim must be an int >= 0, got {shared_dim!r}")
+    dev = resolve_device(device)
+    design = _design_from_spec(point["design"], dev)
+    mse: list[float] = []
+    index: list[float] = []
+    with _one_thread(dev):
+        rotation = random_subspaces(
+            1, design.embed_dim, design.embed_dim, generator=torch.Generator().manual_seed(design.seed)
+        )
+        rotation = rotation[0].to(dtype=design.dtype, device=design.device)
+        for theta in angles:
+            run = run_family(design, rotation @ design.path_heads(theta, shared_dim))
+            mse.append(float(run.uniform.per_replicate["err"].mean()))
+            index.append(run.hdi)
+    return {"mse": mse, "hdi": index}
+
+
 # --- contrasts -----------------------------------------------------------------------------------
 
 
@@ -1679,28 +2111,32 @@ class Surface:
         return [(i, j) for i, j in self.runs if i <= j]
 
 
-def two_angle_surface(design: Design, n_surface: int) -> Surface:
+def two_angle_surface(design: Design, n_surface: int, *, executor: str | cf.Executor = "serial") -> Surface:
     r"""Families whose heads keep e_1 and make angles (θ_1, θ_2) with each other, over a grid of both.
 
     Each axis holds ``n_surface`` angles from 0 to π/2; the family at (θ_1, θ_2) is
     :meth:`Design.two_angle_heads` (d_k = 3), run with uniform weights on the main draws. The steps
-    compare (i + 1, j) with (i, j) for every j: by symmetry one axis covers both.
+    compare (i + 1, j) with (i, j) for every j: by symmetry one axis covers both. The distinct families are
+    the points of one sweep (:func:`run_families`).
 
     Parameters
     ----------
     design : Design
     n_surface : int
         >= 2.
+    executor : str or concurrent.futures.Executor, default "serial"
+        See :func:`nwlib.sweep.open_executor`.
 
     Returns
     -------
     Surface
     """
     angles = angle_grid(n_surface)
+    cells = [(i, j) for i in range(n_surface) for j in range(i, n_surface)]
+    families = [design.two_angle_heads([angles[i], angles[j]]) for i, j in cells]
     runs: dict[tuple[int, int], FamilyRun] = {}
-    for i, a1 in enumerate(angles):
-        for j in range(i, n_surface):
-            runs[i, j] = runs[j, i] = run_family(design, design.two_angle_heads([a1, angles[j]]))
+    for (i, j), run in zip(cells, run_families(design, families, executor=executor, desc="surface"), strict=True):
+        runs[i, j] = runs[j, i] = run
     surface_steps: dict[str, list[Comparison]] = {"covariance": [], "MSE": []}
     for j in range(n_surface):
         for i in range(n_surface - 1):
@@ -1745,15 +2181,16 @@ def orthogonal_study(
     var_f: float,
     generator: torch.Generator,
     design_sample: int = 100_000,
+    executor: str | cf.Executor = "serial",
 ) -> OrthogonalStudy:
     r"""Pairwise orthogonal families with prescribed signal shares, against what any weights can reach.
 
     For masses :math:`c_h^2`, with :math:`S = \sum_h v(c_h)` (:func:`head_signal_variance`): the bound
     (b) :math:`\operatorname{Var} f - S` for any output weights and the uniform-weight limit (c)
     :math:`\operatorname{Var} f - \frac{2H-1}{H^2} S`. Each family is run with both weightings
-    (:func:`run_family` with ``fit=True``); the bound is checked in closed form against
-    ``design_sample`` design points, and both are compared with the MSE as quadratures on the
-    evaluation points (SEs over training sets and points).
+    (:func:`run_family` with ``fit=True``; the families are the points of one sweep, :func:`run_families`);
+    the bound is checked in closed form against ``design_sample`` design points, and both are compared
+    with the MSE as quadratures on the evaluation points (SEs over training sets and points).
 
     Parameters
     ----------
@@ -1765,6 +2202,8 @@ def orthogonal_study(
     generator : torch.Generator
         CPU generator of the design sample.
     design_sample : int, default 100_000
+    executor : str or concurrent.futures.Executor, default "serial"
+        See :func:`nwlib.sweep.open_executor`.
 
     Returns
     -------
@@ -1782,9 +2221,11 @@ def orthogonal_study(
     law_gaps: list[Comparison] = []
     limit_gaps: list[Comparison] = []
     bound_gaps: list[Comparison] = []
-    for name, masses in splits.items():
-        Q = design.orthogonal_heads(masses)
-        run = runs[name] = run_family(design, Q, fit=True)
+    heads = {name: design.orthogonal_heads(masses) for name, masses in splits.items()}
+    done = run_families(design, list(heads.values()), fit=True, executor=executor, desc="orthogonal families")
+    for (name, masses), run in zip(splits.items(), done, strict=True):
+        Q = heads[name]
+        runs[name] = run
         ls = run["ls"]
         sum_v = sum(head_signal_variance(math.sqrt(m)) for m in masses)
         row: dict[str, Any] = {
@@ -1875,6 +2316,8 @@ def best_family_contest(
     pool: Mapping[str, tuple[Tensor, FamilyRun]],
     weights: str,
     attention: AttentionHeads | CosineHeads | None = None,
+    *,
+    executor: str | cf.Executor = "serial",
 ) -> Contest:
     """The best of each side of HDI = 1, chosen on the main runs, compared again on fresh data.
 
@@ -1889,6 +2332,8 @@ def best_family_contest(
     weights : {"uniform", "ls"}
     attention : AttentionHeads, optional
         The heads the families were run with (default the Gaussian surrogate).
+    executor : str or concurrent.futures.Executor, default "serial"
+        Where the two fresh runs go (:func:`run_families`).
 
     Returns
     -------
@@ -1900,8 +2345,16 @@ def best_family_contest(
     best_o = min(orthogonal, key=lambda k: orthogonal[k][1][weights].row["MSE"])
     best_n = min(pool, key=lambda k: pool[k][1][weights].row["MSE"])
     run_o, run_n = (
-        run_family(design, q, attention=attention, fit=weights == "ls", fresh=True)[weights]
-        for q in (orthogonal[best_o][0], pool[best_n][0])
+        r[weights]
+        for r in run_families(
+            design,
+            [orthogonal[best_o][0], pool[best_n][0]],
+            attention=attention,
+            fit=weights == "ls",
+            fresh=True,
+            executor=executor,
+            desc="contest",
+        )
     )
     winner = pool[best_n][1][weights]
     vs_losing = [contrast((1, winner, "err"), (-1, r[weights], "err")) for Q, r in pool.values() if not keeps_signal(Q)]

@@ -7,6 +7,8 @@ and formulas; and for determinism (same seed, same numbers).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 import numpy as np
@@ -784,3 +786,127 @@ def test_accuracy_and_orthogonal_tables_show_every_value():
     table = _plain(hd.orthogonal_table(orth))
     assert list(table.columns) == ["MSE (uniform)", "MSE (least squares)", "bound (any weights)"]
     assert table.loc["no head"].tolist() == ["1.0371 ± 0.0031", "1.0152 ± 0.0044", "1.020"]
+
+
+# --- the families as sweep points -------------------------------------------------------------------
+
+
+def _same_evaluation(a, b):
+    assert a.row == b.row and a.se == b.se and a.dtype == b.dtype and a.condition == b.condition
+    for name in ("per_replicate", "per_point", "leave_out"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert list(x) == list(y), name
+        for q in x:
+            assert x[q].dtype == y[q].dtype == F64 and torch.equal(x[q], y[q]), (name, q)
+
+
+def _same_run(a, b):
+    assert a.hdi == b.hdi and a.temperature == b.temperature and ("ls" in a) == ("ls" in b)
+    _same_evaluation(a.uniform, b.uniform)
+    if "ls" in a:
+        _same_evaluation(a.ls, b.ls)
+        assert torch.equal(a.weights, b.weights)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"fit": True}, {"fresh": True}, {"fit": True, "attention": "cosine"}, {"fit": True, "attention": "exp"}],
+    ids=["uniform", "fit", "fresh", "cosine", "exp"],
+)
+def test_run_families_equal_a_loop_of_run_family_bit_for_bit(options):
+    design = _design(seed=9)
+    heads = {
+        "cosine": hd.cosine_heads(2, 2, 6, generator=_gen(21)),
+        "exp": hd.attention_heads(2, 2, 6, generator=_gen(22)),
+    }
+    options = options | ({"attention": heads[options["attention"]]} if "attention" in options else {})
+    families = [design.path_heads(t, 1) for t in (0.0, 0.7)] + [design.path_heads(0.7, 0), design.path_heads(0.0, 1)]
+    swept = hd.run_families(design, families, **options)
+    direct = [hd.run_family(design, Q, **options) for Q in families]  # the unblocked reference, same draws
+    assert len(swept) == 4
+    for a, b in zip(swept, direct, strict=True):
+        _same_run(a, b)
+    _same_run(swept[0], swept[3])  # one family twice: run once, the same numbers
+
+
+def test_run_families_pass_the_engine_options_and_check_their_arguments():
+    design = _design(seed=10, dtype=F64)
+    Q = design.path_heads(0.4, 1)
+    for options in ({"bandwidth": 2.0}, {"head_data": "independent"}):
+        _same_run(hd.run_families(design, [Q], **options)[0], hd.run_family(design, Q, **options))
+    with pytest.raises(TypeError, match="key_ranges"):
+        hd.run_families(design, Q)
+    with pytest.raises(ValueError, match=r"key_ranges\[1\]"):
+        hd.run_families(design, [Q, torch.zeros(2, 5, 2, dtype=F64)])
+    with pytest.raises(TypeError, match="attention"):
+        hd.run_families(design, [Q], attention="cosine")
+    with pytest.raises(ValueError, match="head_data"):
+        hd.run_families(design, [Q], head_data="separate")
+    with pytest.raises(TypeError, match="fit"):
+        hd.run_families(design, [Q], fit=1)
+
+
+def test_design_spec_draws_the_design_again_and_rejects_a_changed_one():
+    design = hd.wide_design(3, num_heads=2, noise_sd=0.3, n_train=30, n_eval=16, replicates=6, seed=4, **SMALL_MC)
+    spec = hd.design_spec(design)
+    assert spec["embed_dim"] == 7 and spec["dtype"] == "float32" and spec["noise_sd"] == 0.3
+    again = hd.make_design(**(spec | {"dtype": torch.float32}))
+    for name in ("eval_points", "fit_points", "fit_responses", "fresh_points"):
+        assert torch.equal(getattr(design, name), getattr(again, name))
+    changed = dataclasses.replace(design, eval_points=design.fresh_points)
+    with pytest.raises(ValueError, match="make_design"):
+        hd.design_spec(changed)
+    with pytest.raises(ValueError, match="make_design"):
+        hd.run_families(changed, [design.path_heads(0.3, 1)])
+    with pytest.raises(TypeError, match="design"):
+        hd.design_spec("design")
+
+
+def test_family_point_rejects_bad_points():
+    design = _design(seed=11)
+    point = {
+        "design": hd.design_spec(design),
+        "key_ranges": design.path_heads(0.5, 1).tolist(),
+        "key_dtype": "float32",
+        "attention": None,
+        "fit": False,
+        "fresh": False,
+        "bandwidth": None,
+        "head_data": "shared",
+    }
+    result = hd.family_point(point, seed=0)
+    assert result["ls"] is None and len(result["uniform"]["per_replicate"]["err"]) == 6
+    assert result == json.loads(json.dumps(result))  # JSON values only
+    with pytest.raises(ValueError, match="fit"):
+        hd.family_point({k: v for k, v in point.items() if k != "fit"}, seed=0)
+    with pytest.raises(ValueError, match="design lacks"):
+        hd.family_point(point | {"design": {"seed": 0}}, seed=0)
+    with pytest.raises(ValueError, match="key_dtype"):
+        hd.family_point(point | {"key_dtype": "int64"}, seed=0)
+    with pytest.raises(ValueError, match="key_ranges"):
+        hd.family_point(point | {"key_ranges": [[1.0], [2.0, 3.0]]}, seed=0)
+    with pytest.raises(ValueError, match="attention"):
+        hd.family_point(point | {"attention": {"kind": "cosine"}}, seed=0)
+    with pytest.raises(TypeError, match="fresh"):
+        hd.family_point(point | {"fresh": "no"}, seed=0)
+
+
+def test_random_placement_study_equals_the_direct_loop_over_placements():
+    sizes = dict(embed_dim=8, num_heads=2, head_dim=2, noise_sd=0.5, n_train=30, n_eval=16, replicates=4)
+    sizes |= dict(replicates_fit=10, replicates_confirm=3)
+    thetas = [0.0, 0.6, math.pi / 2]
+    study = hd.random_placement_study(thetas, placements=3, shared_dim=1, seed=2, **sizes)
+    expected = torch.zeros(3, 3, dtype=F64)
+    for j in range(3):  # each placement by hand: design seed + 100 + 10 j, its Haar rotation from the same seed
+        design = hd.make_design(**sizes, seed=102 + 10 * j)
+        rot = random_subspaces(1, 8, 8, generator=torch.Generator().manual_seed(102 + 10 * j))[0].float()
+        for t, theta in enumerate(thetas):
+            run = hd.run_family(design, rot @ design.path_heads(theta, 1))
+            expected[j, t] = float(run.uniform.per_replicate["err"].mean())
+    assert torch.equal(study.mse, expected)
+    np.testing.assert_allclose(study.hdi, [math.sin(t) ** 2 / 2 for t in thetas], atol=1e-6)
+    point = {"design": hd.design_spec(hd.make_design(**sizes, seed=102)), "thetas": thetas, "shared_dim": -1}
+    with pytest.raises(ValueError, match="shared_dim"):
+        hd.placement_point(point, seed=0)
+    with pytest.raises(TypeError, match="thetas"):
+        hd.placement_point(point | {"thetas": "0.5", "shared_dim": 0}, seed=0)
