@@ -32,14 +32,18 @@ notebook; only the two sides of C2 are built here (:func:`symbolic_multihead`).
   bandwidth on the same replicates, :func:`cv_study`.
 
 Every function is a pure function of its sizes, a seed and a device. Float64 work runs on the
-CPU when the device is Apple's MPS (which has no float64).
+CPU when the device is Apple's MPS (which has no float64). The Monte Carlo replicates of
+:func:`mise_study`, :func:`cv_study` and :func:`qk_norm_smoothing` run in blocks, the grid points
+of :func:`mise_point`, :func:`cv_point` and :func:`qk_point`, through :func:`nwlib.sweep.run_sweep`
+on any executor (``executor="process:8"``, ``"dask:ADDRESS"``) with the same results.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -55,10 +59,13 @@ from ..device import resolve_device
 from ..evidence import Comparison, estimate
 from ..kernels import nadaraya_watson, nadaraya_watson_weights
 from ..multihead import MultiHeadNW
+from ..sweep import require_point, run_sweep
 
 __all__ = [
     "DTYPES",
+    "MISE_BLOCKS",
     "MISE_PARTS",
+    "QK_BLOCKS",
     "TOLERANCES",
     "Agreement",
     "AttentionCase",
@@ -73,6 +80,7 @@ __all__ = [
     "XSpaceGap",
     "bias_form",
     "circle_weights",
+    "cv_point",
     "cv_study",
     "float64_device",
     "fraction_removed",
@@ -80,12 +88,14 @@ __all__ = [
     "mha_agreement",
     "mha_bias_check",
     "mise_comparisons",
+    "mise_point",
     "mise_study",
     "MISE_HEADERS",
     "format_mise_table",
     "mise_table",
     "null_space_change",
     "qk_norm_smoothing",
+    "qk_point",
     "random_attention",
     "scalar_weights_check",
     "sine_target",
@@ -780,6 +790,119 @@ class QkSmoothing:
     """max |cosine_attention − Gaussian-kernel NW with σ = √τ on the normalised queries and keys| (float64)."""
 
 
+QK_BLOCKS: int = 8
+"""The most blocks of replicates :func:`qk_norm_smoothing` uses by default (the number of its sweep's points)."""
+
+_QK_KEYS = (
+    "n_train",
+    "n_eval",
+    "embed_dim",
+    "head_dim",
+    "temperatures",
+    "replicates",
+    "noise_sd",
+    "query_shift",
+    "blocks",
+    "block",
+    "data_seed",
+)
+
+
+def _qk_sizes(
+    n_train: object,
+    n_eval: object,
+    embed_dim: object,
+    head_dim: object,
+    temperatures: object,
+    replicates: object,
+    noise_sd: object,
+    query_shift: object,
+) -> tuple[int, int, int, int, list[float], int, float, float]:
+    """The checked sizes of :func:`qk_norm_smoothing`, the temperatures sorted ascending."""
+    sizes = {"n_train": n_train, "n_eval": n_eval, "embed_dim": embed_dim, "head_dim": head_dim}
+    n_tr, n_ev, d, dk = (require_positive_int(value, name) for name, value in sizes.items())
+    reps = require_positive_int(replicates, "replicates", minimum=2)
+    if isinstance(temperatures, (str, bytes)) or not isinstance(temperatures, (Sequence, np.ndarray)):
+        raise TypeError(f"temperatures must be a sequence of numbers, got {type(temperatures).__name__}")
+    taus = sorted(require_real(t, "temperatures", minimum=0.0, strict_minimum=True) for t in temperatures)
+    if not taus:
+        raise ValueError("temperatures must not be empty")
+    sd = require_real(noise_sd, "noise_sd", minimum=0.0)
+    shift = require_real(query_shift, "query_shift", minimum=0.0)
+    return n_tr, n_ev, d, dk, taus, reps, sd, shift
+
+
+def qk_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") -> dict[str, Any]:
+    r"""One block of :func:`qk_norm_smoothing`'s replicates: validation and test errors at every temperature.
+
+    One generator seeded with ``data_seed`` on the float64 device draws everything of the
+    experiment, as :func:`qk_norm_smoothing` documents (the head, then all R replicates' tokens and
+    noise); the block fits replicates :math:`[bR/K, (b+1)R/K)` with ``cosine_attention`` at every
+    temperature.
+
+    Parameters
+    ----------
+    point : Mapping
+        ``n_train``, ``n_eval``, ``embed_dim``, ``head_dim``, ``temperatures`` (ascending),
+        ``replicates`` (R), ``noise_sd``, ``query_shift``, ``blocks`` (K <= R), ``block`` (in
+        [0, K)) and ``data_seed``.
+    seed : int
+        Not used (everything comes from ``data_seed``).
+    device : str, default "cpu"
+        Float64 work, on the CPU for MPS.
+
+    Returns
+    -------
+    dict
+        ``val_loss`` and ``test_ise`` (R/K, T) lists, ``zero_mse`` (R/K,), and ``gaussian_gap``,
+        the largest gap of the block between cosine attention and the Gaussian-kernel NW at the
+        middle temperature.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``point`` lacks a coordinate or holds a bad value (named in the message).
+    """
+    from ..kernels import cosine_attention
+
+    p = require_point(point, _QK_KEYS)
+    args = (p["n_train"], p["n_eval"], p["embed_dim"], p["head_dim"], p["temperatures"], p["replicates"])
+    n_train, n_eval, d, head_dim, taus, reps, noise_sd, query_shift = _qk_sizes(*args, p["noise_sd"], p["query_shift"])
+    lo, hi = _block_range(p["block"], p["blocks"], reps)
+    _, dev64 = _devices(device)
+    gen = torch.Generator(device=dev64).manual_seed(_seed(p["data_seed"], "data_seed"))
+    w_k = _randn(d, head_dim, dtype=torch.float64, generator=gen) / math.sqrt(d)
+    w_q = w_k + query_shift * _randn(d, head_dim, dtype=torch.float64, generator=gen) / math.sqrt(d)
+    a = F.normalize(_randn(head_dim, dtype=torch.float64, generator=gen), dim=0)
+
+    def target(x: Tensor) -> Tensor:
+        return torch.sin(math.pi * F.normalize(x @ w_k, dim=-1) @ a)
+
+    # Every replicate is drawn (the one stream) and projected; the block's rows are then kept.
+    x_tr, x_val, x_te = (
+        F.layer_norm(_randn(reps, n, d, dtype=torch.float64, generator=gen), (d,)) for n in (n_train, n_eval, n_eval)
+    )
+    y_tr = target(x_tr) + noise_sd * _randn(reps, n_train, dtype=torch.float64, generator=gen)
+    y_val = target(x_val) + noise_sd * _randn(reps, n_eval, dtype=torch.float64, generator=gen)
+    f_te = target(x_te)[lo:hi]
+    keys, q_val, q_te = (x_tr @ w_k)[lo:hi], (x_val @ w_q)[lo:hi], (x_te @ w_q)[lo:hi]
+    y_tr, y_val = y_tr[lo:hi], y_val[lo:hi]
+    val_loss, test_ise = [], []
+    for tau in taus:
+        val_loss.append((cosine_attention(q_val, keys, y_tr, temperature=tau) - y_val).pow(2).mean(-1))
+        test_ise.append((cosine_attention(q_te, keys, y_tr, temperature=tau) - f_te).pow(2).mean(-1))
+    tau = taus[len(taus) // 2]
+    gauss = nadaraya_watson(
+        F.normalize(q_te, dim=-1), F.normalize(keys, dim=-1), y_tr, kernel="gaussian", bandwidth=math.sqrt(tau)
+    )
+    return {
+        "val_loss": torch.stack(val_loss, -1).tolist(),
+        "test_ise": torch.stack(test_ise, -1).tolist(),
+        "zero_mse": f_te.pow(2).mean(-1).tolist(),
+        "gaussian_gap": _max_abs(cosine_attention(q_te, keys, y_tr, temperature=tau), gauss),
+    }
+
+
 def qk_norm_smoothing(
     n_train: int,
     n_eval: int,
@@ -792,6 +915,9 @@ def qk_norm_smoothing(
     seed: int,
     device: torch.device | str = "cpu",
     query_shift: float = 0.3,
+    blocks: int | None = None,
+    executor: str | Executor = "serial",
+    progress: bool = False,
 ) -> QkSmoothing:
     r"""One attention head where its kernel can smooth: QK-normalised, on LayerNorm'd tokens.
 
@@ -807,6 +933,11 @@ def qk_norm_smoothing(
     test queries against f. One generator seeded with ``seed`` on the float64 device draws, in
     float64: W_K, G and a, then per replicate the training, validation and test z, then the
     training noise, then the validation noise.
+
+    The replicates are fitted in K blocks, the points of a sweep of :func:`qk_point` run by
+    :func:`nwlib.sweep.run_sweep` on ``executor``; each block draws the whole stream and keeps its
+    rows, and every replicate is computed on its own, so the results depend neither on K nor on the
+    executor.
 
     Parameters
     ----------
@@ -824,6 +955,12 @@ def qk_norm_smoothing(
     device : torch.device or str, default "cpu"
     query_shift : float, default 0.3
         s (finite, >= 0).
+    blocks : int, optional
+        K, at most R. Default: ``min(R, QK_BLOCKS)``.
+    executor : str or concurrent.futures.Executor, default "serial"
+        Where the blocks run (:func:`nwlib.sweep.open_executor`).
+    progress : bool, default False
+        Show a progress bar of the blocks.
 
     Returns
     -------
@@ -832,51 +969,26 @@ def qk_norm_smoothing(
     Raises
     ------
     TypeError, ValueError
-        On a bad size, temperature, noise level or shift (named in the message).
+        On a bad size, temperature, noise level, shift or block count (named in the message).
     """
-    from ..kernels import cosine_attention
-
-    sizes = {"n_train": n_train, "n_eval": n_eval, "embed_dim": embed_dim, "head_dim": head_dim}
-    for name, value in sizes.items():
-        require_positive_int(value, name)
-    require_positive_int(replicates, "replicates", minimum=2)
-    if isinstance(temperatures, (str, bytes)) or not isinstance(temperatures, (Sequence, np.ndarray)):
-        raise TypeError(f"temperatures must be a sequence of numbers, got {type(temperatures).__name__}")
-    taus = sorted(require_real(t, "temperatures", minimum=0.0, strict_minimum=True) for t in temperatures)
-    if not taus:
-        raise ValueError("temperatures must not be empty")
-    noise_sd = require_real(noise_sd, "noise_sd", minimum=0.0)
-    query_shift = require_real(query_shift, "query_shift", minimum=0.0)
+    n_tr, n_ev, d, dk, taus, reps, sd, shift = _qk_sizes(
+        n_train, n_eval, embed_dim, head_dim, temperatures, replicates, noise_sd, query_shift
+    )
+    k = min(reps, QK_BLOCKS) if blocks is None else require_positive_int(blocks, "blocks")
+    _block_range(0, k, reps)  # K <= R
     _, dev64 = _devices(device)
-    gen = torch.Generator(device=dev64).manual_seed(_seed(seed))
-    d, r = embed_dim, replicates
-    w_k = _randn(d, head_dim, dtype=torch.float64, generator=gen) / math.sqrt(d)
-    w_q = w_k + query_shift * _randn(d, head_dim, dtype=torch.float64, generator=gen) / math.sqrt(d)
-    a = F.normalize(_randn(head_dim, dtype=torch.float64, generator=gen), dim=0)
-
-    def target(x: Tensor) -> Tensor:
-        return torch.sin(math.pi * F.normalize(x @ w_k, dim=-1) @ a)
-
-    x_tr, x_val, x_te = (
-        F.layer_norm(_randn(r, n, d, dtype=torch.float64, generator=gen), (d,)) for n in (n_train, n_eval, n_eval)
+    common = dict(n_train=n_tr, n_eval=n_ev, embed_dim=d, head_dim=dk, temperatures=taus, replicates=reps)
+    common |= dict(noise_sd=sd, query_shift=shift, blocks=k, data_seed=_seed(seed))
+    points = [common | {"block": b} for b in range(k)]
+    results = run_sweep(
+        qk_point, points, seed=0, executor=executor, device=str(dev64), progress=progress, desc="ch01 QK"
     )
-    y_tr = target(x_tr) + noise_sd * _randn(r, n_train, dtype=torch.float64, generator=gen)
-    y_val = target(x_val) + noise_sd * _randn(r, n_eval, dtype=torch.float64, generator=gen)
-    f_te = target(x_te)
-    keys = x_tr @ w_k
-    val_loss, test_ise = [], []
-    for tau in taus:
-        val_loss.append((cosine_attention(x_val @ w_q, keys, y_tr, temperature=tau) - y_val).pow(2).mean(-1))
-        test_ise.append((cosine_attention(x_te @ w_q, keys, y_tr, temperature=tau) - f_te).pow(2).mean(-1))
-    val, test = torch.stack(val_loss, -1), torch.stack(test_ise, -1)
+    f64: dict[str, Any] = {"dtype": torch.float64, "device": dev64}
+    val, test = (torch.tensor([row for r in results for row in r[key]], **f64) for key in ("val_loss", "test_ise"))
+    zero = torch.tensor([v for r in results for v in r["zero_mse"]], **f64)
     selected = val.argmin(-1)
-    q_hat, k_hat = F.normalize(x_te @ w_q, dim=-1), F.normalize(keys, dim=-1)
-    tau = taus[len(taus) // 2]
-    gauss = nadaraya_watson(q_hat, k_hat, y_tr, kernel="gaussian", bandwidth=math.sqrt(tau))
-    gap = _max_abs(cosine_attention(x_te @ w_q, keys, y_tr, temperature=tau), gauss)
-    return QkSmoothing(
-        tuple(taus), val, test, selected, test.gather(-1, selected[:, None])[:, 0], f_te.pow(2).mean(-1), gap
-    )
+    gap = max(r["gaussian_gap"] for r in results)
+    return QkSmoothing(tuple(taus), val, test, selected, test.gather(-1, selected[:, None])[:, 0], zero, gap)
 
 
 # --- C2 in sympy ----------------------------------------------------------------------------
@@ -1266,6 +1378,10 @@ class MiseStudy:
     """G, the groups of the delete-a-group jackknife."""
     seconds: float
     """Wall time of the fits and their reduction."""
+    points: tuple[dict[str, Any], ...]
+    """The study's sweep: one :func:`mise_point` grid point per block of replicates (also :func:`cv_study`'s blocks)."""
+    device: str
+    """The device the blocks ran on."""
 
     @property
     def split_gap(self) -> np.ndarray:
@@ -1331,6 +1447,142 @@ def _parts(centre: Tensor, f_eval: Tensor, group_size: int, s1: Tensor, s2: Tens
     )
 
 
+MISE_BLOCKS: int = 20
+"""The most blocks of replicates :func:`mise_study` and :func:`cv_study` use by default: the largest
+divisor of the jackknife's groups up to this (20 for 100 groups) is the number of their sweeps' points."""
+
+_MISE_KEYS = ("n_train", "noise_sd", "bandwidths", "grid", "replicates", "jk_groups", "blocks", "block", "data_seed")
+_CV_KEYS = ("n_train", "noise_sd", "grid", "replicates", "blocks", "block", "data_seed", "bandwidth")
+
+
+def _mise_sizes(
+    n_train: object, noise_sd: object, bandwidths: object, grid: object, replicates: object, jk_groups: object
+) -> tuple[int, float, list[float], int, int, int]:
+    """The checked sizes of a MISE study: n, σ_ε, the ascending bandwidths, m, R and G (G dividing R)."""
+    n = require_positive_int(n_train, "n_train")
+    sd = require_real(noise_sd, "noise_sd", minimum=0.0)
+    bws = _bandwidths(bandwidths)
+    if len(bws) < 2 or any(b >= a for a, b in zip(bws[1:], bws[:-1], strict=True)):
+        raise ValueError(f"bandwidths must be at least two, ascending, got {bws}")
+    m = require_positive_int(grid, "grid", minimum=2)
+    reps = require_positive_int(replicates, "replicates", minimum=2)
+    groups = require_positive_int(jk_groups, "jk_groups", minimum=2)
+    if reps % groups:
+        raise ValueError(f"replicates must be a multiple of jk_groups = {groups}, got {reps}")
+    return n, sd, bws, m, reps, groups
+
+
+def _mise_blocks(blocks: object, groups: int) -> int:
+    """K, checked: a divisor of the G jackknife groups; None gives the largest one up to :data:`MISE_BLOCKS`."""
+    if blocks is None:
+        return max(k for k in range(1, min(groups, MISE_BLOCKS) + 1) if groups % k == 0)
+    k = require_positive_int(blocks, "blocks")
+    if groups % k:
+        raise ValueError(f"blocks must divide jk_groups = {groups} (whole jackknife groups per block), got {k}")
+    return k
+
+
+def _block_range(block: object, blocks: object, replicates: int) -> tuple[int, int]:
+    """Replicates [lo, hi) of block ``block`` of K: [block R // K, (block + 1) R // K)."""
+    k = require_positive_int(blocks, "blocks")
+    if k > replicates:
+        raise ValueError(f"blocks must be at most the {replicates} replicates, got {k}")
+    if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < k:
+        raise ValueError(f"block must be an int in [0, {k}), got {block!r}")
+    return block * replicates // k, (block + 1) * replicates // k
+
+
+def _replicate_data(
+    n: int, noise_sd: float, replicates: int, data_seed: int, dev: torch.device
+) -> tuple[Tensor, Tensor]:
+    """All R replicate designs (R, n, 1) and their noise (R, n), from a generator seeded ``data_seed`` on ``dev``."""
+    gen = torch.Generator(device=dev).manual_seed(data_seed)
+    return _sine_data(n, noise_sd, gen, dev, replicates)
+
+
+def _mise_block(
+    x_mc: Tensor, eps_mc: Tensor, bandwidths: Sequence[float], grid: int, groups: int, dev: torch.device
+) -> tuple[Tensor, ...]:
+    """One block's fits at every bandwidth reduced to the centre, group sums and per-replicate ISE (float64)."""
+    dev64 = float64_device(dev)
+    reps, n = x_mc.shape[0], x_mc.shape[1]
+    x_eval = torch.linspace(0.1, 0.9, grid, device=dev)[:, None]
+    # Two response columns, fitted in one call: the noise-free signal and the pure noise.
+    columns = torch.stack([sine_target(x_mc[..., 0]), eps_mc], dim=-1)  # (R, n, 2)
+    f_eval64 = sine_target(x_eval[:, 0]).to(dev64, torch.float64)
+    # Replicates go in chunks so that a backend which materialises the (chunk, m, n) weights
+    # (non-fused attention paths) stays within about 2e8 elements.
+    chunk = max(1, int(2e8 // (grid * n)))
+    ise_rows, centres, sums = [], [], []
+    for bw in bandwidths:
+        fits = torch.cat(
+            [
+                nadaraya_watson(
+                    x_eval, x_mc[r0 : r0 + chunk], columns[r0 : r0 + chunk], kernel="gaussian", bandwidth=float(bw)
+                )
+                for r0 in range(0, reps, chunk)
+            ]
+        )  # (R, m, 2)
+        if not bool(torch.isfinite(fits).all()):
+            raise FloatingPointError(f"non-finite fits at bandwidth {float(bw)}")
+        signal, noise = fits.to(dev64, torch.float64).unbind(-1)  # statistics in float64
+        ise_rows.append((signal + noise - f_eval64).pow(2).mean(-1))  # per replicate
+        centre, group = _moments(signal, noise, f_eval64, groups)
+        centres.append(centre)
+        sums.append(group)
+    s1, s2, series = (torch.stack(x, dim=1) for x in zip(*sums, strict=True))  # (groups, bandwidths, ...)
+    return torch.stack(centres), s1, s2, series, torch.stack(ise_rows, dim=-1)
+
+
+def mise_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") -> dict[str, Any]:
+    r"""One block of :func:`mise_study`'s replicates: the sums its MISE split and its jackknife need.
+
+    A generator seeded with ``data_seed`` on ``device`` draws all R designs and their noise, the
+    stream of :func:`mise_study`, and the block keeps replicates
+    :math:`[bR/K, (b+1)R/K)`: G/K whole groups of the jackknife. Every bandwidth is fitted on them in
+    float32 (two response columns, signal and noise, in one call) and the fits are reduced in
+    float64 to what :func:`mise_study` merges: the block's mean signal fit, group sums of the signal
+    fit centred at it and of its square, and per-replicate series.
+
+    Parameters
+    ----------
+    point : Mapping
+        ``n_train``, ``noise_sd``, ``bandwidths`` (B >= 2, ascending), ``grid`` (m), ``replicates``
+        (R, a multiple of ``jk_groups``), ``jk_groups`` (G), ``blocks`` (K, dividing G), ``block``
+        (b, in [0, K)) and ``data_seed`` (the study's seed).
+    seed : int
+        Not used: every block draws from the one stream seeded ``data_seed`` (the argument is
+        :func:`nwlib.sweep.run_sweep`'s).
+    device : str, default "cpu"
+        Where the fits run (float64 statistics on the CPU for MPS).
+
+    Returns
+    -------
+    dict
+        Nested lists of floats: ``centre`` (B, m), the block's mean signal fit at each bandwidth;
+        ``s1`` and ``s2`` (G/K, B, m), each group's sums of the signal fit minus ``centre`` and of its
+        square; ``series`` (G/K, B, 3), each group's sums of the ISE, the noise fit's energy and the
+        cross term; ``ise`` (R/K, B), the ISE of each replicate of the block.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``point`` lacks a coordinate or holds a bad value (named in the message).
+    FloatingPointError
+        On non-finite fits.
+    """
+    p = require_point(point, _MISE_KEYS)
+    n, noise_sd, bws, m, reps, groups = _mise_sizes(
+        p["n_train"], p["noise_sd"], p["bandwidths"], p["grid"], p["replicates"], p["jk_groups"]
+    )
+    blocks = _mise_blocks(p["blocks"], groups)
+    lo, hi = _block_range(p["block"], blocks, reps)
+    dev = resolve_device(device)
+    x_mc, eps_mc = _replicate_data(n, noise_sd, reps, _seed(p["data_seed"], "data_seed"), dev)
+    parts = _mise_block(x_mc[lo:hi], eps_mc[lo:hi], bws, m, groups // blocks, dev)
+    return dict(zip(("centre", "s1", "s2", "series", "ise"), (t.tolist() for t in parts), strict=True))
+
+
 def mise_study(
     n_train: int,
     noise_sd: float,
@@ -1341,13 +1593,16 @@ def mise_study(
     seed: int,
     device: torch.device | str = "cpu",
     jk_groups: int = 100,
+    blocks: int | None = None,
+    executor: str | Executor = "serial",
+    progress: bool = False,
 ) -> MiseStudy:
     r"""The MISE of one Gaussian-kernel NW head on :math:`[0.1, 0.9]`, split into bias² and two variances.
 
     A generator seeded with ``seed`` on ``device`` draws the R replicate designs
     :math:`x \sim U(0,1)` (R, n, 1), then their noise :math:`\sigma_\varepsilon\varepsilon` (R, n),
     in float32. Every bandwidth is fitted on all replicates (common random numbers: the
-    bandwidths share the draws on purpose and are one computation, not a sweep). The estimator is
+    bandwidths share the draws on purpose and are one computation). The estimator is
     linear in the responses, so one ``nadaraya_watson`` call with the two columns
     :math:`[f(x_i), \varepsilon_i]` gives the noise-free fit :math:`\hat f_0` and the noise fit
     :math:`\hat e`; their statistics are taken in float64. Then, per bandwidth,
@@ -1357,6 +1612,14 @@ def mise_study(
     :math:`|I|^{-1}\int_I \operatorname{Var}\hat f_0` and the cross term
     :math:`2|I|^{-1}\int_I(\hat f_0 - f)\hat e` (expectation 0). The parts are not means over
     replicates: their standard errors come from the delete-a-group jackknife.
+
+    The replicates are fitted in K blocks of G/K whole jackknife groups, the points of a sweep of
+    :func:`mise_point` run by :func:`nwlib.sweep.run_sweep` on ``executor``. Each block returns its
+    mean signal fit and group sums centred at it; the sums are moved exactly to the mean of the
+    block means (:math:`\sum (f - c) = \sum (f - c_b) + s (c_b - c)` and likewise for the squares,
+    s replicates per group) and the jackknife deletes the same G groups as without blocks. The
+    results depend on K only through rounding (with K = 1 they are those of one pass over all
+    replicates) and not at all on the executor.
 
     Parameters
     ----------
@@ -1374,6 +1637,14 @@ def mise_study(
     device : torch.device or str, default "cpu"
     jk_groups : int, default 100
         G, groups of the delete-a-group jackknife (>= 2).
+    blocks : int, optional
+        K, dividing G. Default: the largest divisor of G up to :data:`MISE_BLOCKS`, whatever the
+        executor, so that a run is reproduced on any executor.
+    executor : str or concurrent.futures.Executor, default "serial"
+        Where the blocks run (:func:`nwlib.sweep.open_executor`): ``"serial"``, ``"process:N"``,
+        ``"dask:ADDRESS"``.
+    progress : bool, default False
+        Show a progress bar of the blocks.
 
     Returns
     -------
@@ -1382,51 +1653,31 @@ def mise_study(
     Raises
     ------
     TypeError, ValueError
-        On a bad size or bandwidth, or ``replicates`` not a multiple of ``jk_groups``.
+        On a bad size or bandwidth, ``replicates`` not a multiple of ``jk_groups``, or ``blocks``
+        not dividing it.
     """
-    n = require_positive_int(n_train, "n_train")
-    noise_sd = require_real(noise_sd, "noise_sd", minimum=0.0)
-    bws = _bandwidths(bandwidths)
-    if len(bws) < 2 or any(b >= a for a, b in zip(bws[1:], bws[:-1], strict=True)):
-        raise ValueError(f"bandwidths must be at least two, ascending, got {bws}")
-    m = require_positive_int(grid, "grid", minimum=2)
-    reps = require_positive_int(replicates, "replicates", minimum=2)
-    groups = require_positive_int(jk_groups, "jk_groups", minimum=2)
-    if reps % groups:
-        raise ValueError(f"replicates must be a multiple of jk_groups = {groups}, got {reps}")
+    n, noise_sd, bws, m, reps, groups = _mise_sizes(n_train, noise_sd, bandwidths, grid, replicates, jk_groups)
+    k = _mise_blocks(blocks, groups)
     dev, dev64 = _devices(device)
-    bw_arr = np.asarray(bws, dtype=np.float64)
-    x_eval = torch.linspace(0.1, 0.9, m, device=dev)[:, None]
-    gen = torch.Generator(device=dev).manual_seed(_seed(seed))
-    x_mc, eps_mc = _sine_data(n, noise_sd, gen, dev, reps)
-    # Two response columns, fitted in one call: the noise-free signal and the pure noise.
-    columns = torch.stack([sine_target(x_mc[..., 0]), eps_mc], dim=-1)  # (R, n, 2)
-    f_eval64 = sine_target(x_eval[:, 0]).to(dev64, torch.float64)
-    # Replicates go in chunks so that a backend which materialises the (chunk, m, n) weights
-    # (non-fused attention paths) stays within about 2e8 elements.
-    chunk = max(1, int(2e8 // (m * n)))
+    common = dict(n_train=n, noise_sd=noise_sd, bandwidths=bws, grid=m, replicates=reps, jk_groups=groups)
+    points = tuple(common | {"blocks": k, "block": b, "data_seed": _seed(seed)} for b in range(k))
     started = time.perf_counter()
-    ise_rows, centres, sums = [], [], []
-    for bw in bw_arr:
-        fits = torch.cat(
-            [
-                nadaraya_watson(
-                    x_eval, x_mc[r0 : r0 + chunk], columns[r0 : r0 + chunk], kernel="gaussian", bandwidth=float(bw)
-                )
-                for r0 in range(0, reps, chunk)
-            ]
-        )  # (R, m, 2)
-        if not bool(torch.isfinite(fits).all()):
-            raise FloatingPointError(f"non-finite fits at bandwidth {float(bw)}")
-        signal, noise = fits.to(dev64, torch.float64).unbind(-1)  # statistics in float64
-        ise_rows.append((signal + noise - f_eval64).pow(2).mean(-1))  # per replicate
-        centre, group = _moments(signal, noise, f_eval64, groups)
-        centres.append(centre)
-        sums.append(group)
-    ise = torch.stack(ise_rows, dim=-1)  # (R, bandwidths)
-    centre_all = torch.stack(centres)  # (bandwidths, m)
-    s1, s2, series = (torch.stack(x, dim=1) for x in zip(*sums, strict=True))  # (groups, bandwidths, ...)
+    # The points carry their data seed: run_sweep's per-point seeds are not used.
+    results = run_sweep(
+        mise_point, points, seed=0, executor=executor, device=str(dev), progress=progress, desc="ch01 MISE"
+    )
+    f64: dict[str, Any] = {"dtype": torch.float64, "device": dev64}
+    centres = torch.tensor([r["centre"] for r in results], **f64)  # (K, B, m)
+    centre_all = centres.mean(0)  # the blocks are of one size
+    shift = (centres - centre_all)[:, None]  # (K, 1, B, m): zero for K = 1
     size = reps // groups
+    raw1, raw2 = (torch.tensor([r[key] for r in results], **f64) for key in ("s1", "s2"))  # (K, G/K, B, m)
+    s1 = (raw1 + size * shift).flatten(0, 1)  # (G, B, m), centred at centre_all
+    s2 = (raw2 + 2 * shift * raw1 + size * shift.pow(2)).flatten(0, 1)
+    series = torch.tensor([r["series"] for r in results], **f64).flatten(0, 1)  # (G, B, 3)
+    ise = torch.tensor([row for r in results for row in r["ise"]], **f64)  # (R, B)
+    x_eval = torch.linspace(0.1, 0.9, m, device=dev)[:, None]
+    f_eval64 = sine_target(x_eval[:, 0]).to(dev64, torch.float64)
     jk = grouped_jackknife(lambda *s: _parts(centre_all, f_eval64, size, *s), s1, s2, series, groups=groups)
     est = dict(zip(MISE_PARTS, jk.estimate.cpu().numpy(), strict=True))
     se = dict(zip(MISE_PARTS, jk.se.cpu().numpy(), strict=True))
@@ -1437,8 +1688,9 @@ def mise_study(
         lambda s: s[:, [0, -1]].sum(0) / s[:, best].sum(0), _group_sums(ise, groups), groups=groups
     )
     ratios = {name: estimate(ratio.estimate[i], ratio.se[i]) for i, name in enumerate(("hmin", "hmax"))}
+    x_mc, eps_mc = _replicate_data(n, noise_sd, reps, _seed(seed), dev)  # the blocks' draws, for cv_study
     return MiseStudy(
-        bandwidths=bw_arr,
+        bandwidths=np.asarray(bws, dtype=np.float64),
         ise=ise,
         estimates=est,
         ses=se,
@@ -1446,11 +1698,13 @@ def mise_study(
         best=best,
         ratios=ratios,
         x=x_mc,
-        y=columns.sum(-1),  # the responses a user sees: signal + noise
+        y=torch.stack([sine_target(x_mc[..., 0]), eps_mc], dim=-1).sum(-1),  # the responses: signal + noise
         x_eval=x_eval,
         f_eval=f_eval64,
         jk_groups=groups,
         seconds=seconds,
+        points=points,
+        device=str(dev),
     )
 
 
@@ -1580,16 +1834,73 @@ class CvStudy:
     """First quartile, median and third quartile of :attr:`bandwidth`."""
 
 
-def cv_study(study: MiseStudy) -> CvStudy:
+def cv_point(point: Mapping[str, Any], *, seed: int, device: str = "cpu") -> dict[str, Any]:
+    """One block of :func:`cv_study`: the leave-one-out bandwidth and both fits' errors on its replicates.
+
+    The block's replicates are drawn as in :func:`mise_point` (all R from a generator seeded
+    ``data_seed`` on ``device``, then rows :math:`[bR/K, (b+1)R/K)`). ``nwlib.select_bandwidth``
+    (Gaussian kernel, leave-one-out least squares, scored in float64) picks h on each; the fits at
+    that h and at ``bandwidth`` are float32 on ``device``, their errors on the grid float64.
+
+    Parameters
+    ----------
+    point : Mapping
+        ``n_train``, ``noise_sd``, ``grid`` (m), ``replicates`` (R), ``blocks`` (K <= R),
+        ``block`` (in [0, K)), ``data_seed`` and ``bandwidth`` (the grid's Monte Carlo minimiser, > 0).
+    seed : int
+        Not used (the replicates come from ``data_seed``).
+    device : str, default "cpu"
+
+    Returns
+    -------
+    dict
+        Lists over the block's replicates: ``bandwidth`` (the LOO-CV h, float32 values), ``ise_cv``
+        and ``ise_opt`` (the ISE of the fit at it and at ``bandwidth``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``point`` lacks a coordinate or holds a bad value (named in the message).
+    """
+    p = require_point(point, _CV_KEYS)
+    n = require_positive_int(p["n_train"], "n_train")
+    noise_sd = require_real(p["noise_sd"], "noise_sd", minimum=0.0)
+    m = require_positive_int(p["grid"], "grid", minimum=2)
+    reps = require_positive_int(p["replicates"], "replicates", minimum=2)
+    lo, hi = _block_range(p["block"], p["blocks"], reps)
+    h_opt = require_real(p["bandwidth"], "bandwidth", minimum=0.0, strict_minimum=True)
+    dev, dev64 = _devices(device)
+    x_mc, eps_mc = _replicate_data(n, noise_sd, reps, _seed(p["data_seed"], "data_seed"), dev)
+    x = x_mc[lo:hi]
+    y = torch.stack([sine_target(x[..., 0]), eps_mc[lo:hi]], dim=-1).sum(-1)  # signal + noise, as MiseStudy.y
+    x_eval = torch.linspace(0.1, 0.9, m, device=dev)[:, None]
+    f_eval = sine_target(x_eval[:, 0]).to(dev64, torch.float64)
+    selection = select_bandwidth(x.to(dev64, torch.float64), y.to(dev64, torch.float64), kernel="gaussian")
+    h_cv = selection.bandwidth.to(dev, torch.float32)  # one bandwidth per replicate
+    fit_cv = nadaraya_watson(x_eval, x, y, kernel="gaussian", bandwidth=h_cv)  # (R/K, m)
+    fit_opt = nadaraya_watson(x_eval, x, y, kernel="gaussian", bandwidth=h_opt)
+    ise_cv = (fit_cv.to(dev64, torch.float64) - f_eval).pow(2).mean(-1)
+    ise_opt = (fit_opt.to(dev64, torch.float64) - f_eval).pow(2).mean(-1)
+    return {"bandwidth": h_cv.tolist(), "ise_cv": ise_cv.tolist(), "ise_opt": ise_opt.tolist()}
+
+
+def cv_study(study: MiseStudy, *, executor: str | Executor = "serial", progress: bool = False) -> CvStudy:
     """The fit at each replicate's leave-one-out bandwidth against the fit at the grid's minimiser.
 
     ``nwlib.select_bandwidth`` (Gaussian kernel, leave-one-out least squares, scored in float64)
     picks h on each replicate of ``study``; both fits are float32 on the study's device, their
-    errors float64. The replicates are the study's, so the comparison is paired.
+    errors float64. The replicates are the study's, so the comparison is paired. They are
+    processed in the study's blocks, a sweep of :func:`cv_point` run by
+    :func:`nwlib.sweep.run_sweep` on ``executor``; every replicate is computed on its own, so the
+    results depend neither on the blocks nor on the executor.
 
     Parameters
     ----------
     study : MiseStudy
+    executor : str or concurrent.futures.Executor, default "serial"
+        Where the blocks run (:func:`nwlib.sweep.open_executor`).
+    progress : bool, default False
+        Show a progress bar of the blocks.
 
     Returns
     -------
@@ -1602,14 +1913,18 @@ def cv_study(study: MiseStudy) -> CvStudy:
     """
     if not isinstance(study, MiseStudy):
         raise TypeError(f"study must be a MiseStudy, got {type(study).__name__}")
+    h_opt = float(study.bandwidths[study.best])
+    points = [{k: v for k, v in p.items() if k in _CV_KEYS} | {"bandwidth": h_opt} for p in study.points]
+    results = run_sweep(
+        cv_point, points, seed=0, executor=executor, device=study.device, progress=progress, desc="ch01 CV"
+    )
     dev64 = study.f_eval.device
-    x, y, x_eval, f_eval = study.x, study.y, study.x_eval, study.f_eval
-    selection = select_bandwidth(x.to(dev64, torch.float64), y.to(dev64, torch.float64), kernel="gaussian")
-    h_cv = selection.bandwidth.to(x.device, torch.float32)  # (R,): one bandwidth per replicate
-    fit_cv = nadaraya_watson(x_eval, x, y, kernel="gaussian", bandwidth=h_cv)  # (R, m)
-    fit_opt = nadaraya_watson(x_eval, x, y, kernel="gaussian", bandwidth=float(study.bandwidths[study.best]))
-    ise_cv = (fit_cv.to(dev64, torch.float64) - f_eval).pow(2).mean(-1)
-    ise_opt = (fit_opt.to(dev64, torch.float64) - f_eval).pow(2).mean(-1)
+
+    def joined(key: str, dtype: torch.dtype, device: torch.device) -> Tensor:
+        return torch.tensor([v for r in results for v in r[key]], dtype=dtype, device=device)
+
+    h_cv = joined("bandwidth", torch.float32, study.x.device)  # (R,)
+    ise_cv, ise_opt = joined("ise_cv", torch.float64, dev64), joined("ise_opt", torch.float64, dev64)
     g = study.jk_groups
     ratio = grouped_jackknife(lambda a, b: a.sum() / b.sum(), _group_sums(ise_cv, g), _group_sums(ise_opt, g), groups=g)
     q1, med, q3 = (float(v) for v in np.quantile(h_cv.cpu().numpy(), [0.25, 0.5, 0.75]))
@@ -1619,9 +1934,9 @@ def cv_study(study: MiseStudy) -> CvStudy:
 # --- checks ---------------------------------------------------------------------------------
 
 
-def _seed(seed: object) -> int:
+def _seed(seed: object, name: str = "seed") -> int:
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        raise TypeError(f"{name} must be an int, got {type(seed).__name__}")
     return seed
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from nwlib import MultiHeadNW
+from nwlib import MultiHeadNW, nadaraya_watson
 from nwlib.evidence import Comparison
 from nwlib.experiments.attention_is_nw import (
     DTYPES,
@@ -23,6 +23,7 @@ from nwlib.experiments.attention_is_nw import (
     MiseStudy,
     bias_form,
     circle_weights,
+    cv_point,
     cv_study,
     float64_device,
     format_mise_table,
@@ -31,10 +32,12 @@ from nwlib.experiments.attention_is_nw import (
     mha_agreement,
     mha_bias_check,
     mise_comparisons,
+    mise_point,
     mise_study,
     mise_table,
     null_space_change,
     qk_norm_smoothing,
+    qk_point,
     random_attention,
     scalar_weights_check,
     sine_target,
@@ -704,3 +707,98 @@ def test_weights_grid_is_the_demos_weights_sorted_by_x():
         assert all(abs(by_x[x] - w) < 1e-7 for x, w in zip(part.x, part.weight, strict=True))
     with pytest.raises(TypeError, match="demo"):
         ch01.weights_grid("demo")
+
+
+# --- the blocks of the sweeps (mise_point, cv_point, qk_point) ----------------------------------
+
+
+def _signal_fits(study: MiseStudy) -> torch.Tensor:
+    """(R, B, m) float64 signal fits of every replicate in one unblocked pass (float32 fits, as the study)."""
+    signal_y = sine_target(study.x[..., 0])
+    fits = [
+        nadaraya_watson(study.x_eval, study.x, signal_y, kernel="gaussian", bandwidth=float(h))
+        for h in study.bandwidths
+    ]
+    return torch.stack(fits, dim=1).double()
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 5, 10])
+def test_mise_study_blocks_merge_to_the_unblocked_design_variance_and_its_jackknife(study, blocks):
+    blocked = mise_study(**SMALL, seed=3, blocks=blocks)
+    torch.testing.assert_close(blocked.ise, study.ise, rtol=0, atol=0)  # per replicate: no blocking in it
+    assert [p["block"] for p in blocked.points] == list(range(blocks))
+    # the unblocked computation on the same random numbers: variance over all replicates, groups deleted
+    f0 = _signal_fits(study)
+    design = f0.var(0).mean(-1).numpy()
+    np.testing.assert_allclose(blocked.estimates["design_var"], design, rtol=1e-9)
+    groups, size = SMALL["jk_groups"], SMALL["replicates"] // SMALL["jk_groups"]
+    thetas = np.stack(
+        [torch.cat([f0[: g * size], f0[(g + 1) * size :]]).var(0).mean(-1).numpy() for g in range(groups)]
+    )
+    se = np.sqrt((groups - 1) / groups * ((thetas - thetas.mean(0)) ** 2).sum(0))
+    np.testing.assert_allclose(blocked.ses["design_var"], se, rtol=1e-7)
+    for name in MISE_PARTS:  # the blocks change rounding only
+        np.testing.assert_allclose(blocked.estimates[name], study.estimates[name], rtol=1e-10, atol=1e-15, err_msg=name)
+        np.testing.assert_allclose(blocked.ses[name], study.ses[name], rtol=1e-8, atol=1e-15, err_msg=name)
+    assert blocked.ratios == study.ratios  # from the per-replicate ISE
+
+
+def test_mise_point_sums_are_the_blocks_centred_sums(study):
+    point = dict(study.points[3])
+    out = mise_point(point, seed=0)
+    lo, hi = 3 * 2, 4 * 2  # 10 blocks of 2 replicates, one group each
+    f0 = _signal_fits(study)[lo:hi]
+    np.testing.assert_allclose(out["centre"], f0.mean(0).numpy(), rtol=1e-12)
+    centred = f0 - f0.mean(0)
+    np.testing.assert_allclose(out["s2"], centred.pow(2).sum(0, keepdim=True).numpy(), rtol=1e-9, atol=1e-18)
+    np.testing.assert_allclose(out["s1"], 0.0, atol=1e-12)
+    np.testing.assert_array_equal(out["ise"], study.ise[lo:hi].numpy())
+    assert np.shape(out["series"]) == (1, len(SMALL["bandwidths"]), 3)
+
+
+@pytest.mark.parametrize(
+    "change, name",
+    [({"blocks": 3}, "blocks"), ({"block": 10}, "block"), ({"data_seed": 1.5}, "data_seed"), ({"grid": 1}, "grid")],
+)
+def test_mise_point_rejects_bad_points(study, change, name):
+    with pytest.raises((TypeError, ValueError), match=name):
+        mise_point(dict(study.points[0]) | change, seed=0)
+    with pytest.raises(ValueError, match="lacks"):
+        mise_point({k: v for k, v in study.points[0].items() if k != "block"}, seed=0)
+
+
+def test_mise_study_rejects_blocks_that_split_a_jackknife_group():
+    with pytest.raises(ValueError, match="blocks"):
+        mise_study(**SMALL, seed=0, blocks=4)  # 10 groups
+
+
+def test_cv_study_blocks_are_one_unblocked_selection(study):
+    from nwlib.bandwidth import select_bandwidth
+
+    cv = cv_study(study)
+    whole = select_bandwidth(study.x.double(), study.y.double(), kernel="gaussian").bandwidth.float()
+    torch.testing.assert_close(cv.bandwidth, whole, rtol=0, atol=0)
+    fit = nadaraya_watson(study.x_eval, study.x, study.y, kernel="gaussian", bandwidth=whole)
+    torch.testing.assert_close(cv.ise_cv, (fit.double() - study.f_eval).pow(2).mean(-1), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="bandwidth"):
+        cv_point(
+            {k: v for k, v in study.points[0].items() if k not in ("bandwidths", "jk_groups")} | {"bandwidth": 0.0},
+            seed=0,
+        )
+
+
+def test_qk_norm_smoothing_does_not_depend_on_its_blocks():
+    whole = qk_norm_smoothing(**QK, seed=4, blocks=1)
+    for blocks in (2, 3):
+        split = qk_norm_smoothing(**QK, seed=4, blocks=blocks)
+        for name in ("val_loss", "test_ise", "selected", "selected_ise", "zero_mse"):
+            torch.testing.assert_close(getattr(split, name), getattr(whole, name), rtol=0, atol=0)
+        assert split.gaussian_gap == whole.gaussian_gap
+    with pytest.raises(ValueError, match="blocks"):
+        qk_norm_smoothing(**QK, seed=4, blocks=4)  # 3 replicates
+    point = dict(n_train=30, n_eval=11, embed_dim=6, head_dim=3, temperatures=[0.05, 0.2, 1.0], replicates=3)
+    point |= dict(noise_sd=0.3, query_shift=0.3, blocks=3, block=1, data_seed=4)
+    out = qk_point(point, seed=0)
+    np.testing.assert_array_equal(out["test_ise"], whole.test_ise[1:2].numpy())
+    with pytest.raises(ValueError, match="lacks"):
+        qk_point({k: v for k, v in point.items() if k != "query_shift"}, seed=0)
