@@ -59,8 +59,8 @@ def test_extrapolate_recovers_a_line():
     assert line == {"intercept_s": pytest.approx(12.0), "slope_s": pytest.approx(340.0), "full_s": pytest.approx(352.0)}
 
 
-def test_extrapolate_is_flat_when_the_larger_run_was_faster():
-    assert fp.extrapolate((0.1, 0.2), (31.0, 30.0)) == {"intercept_s": 30.0, "slope_s": 0.0, "full_s": 30.0}
+def test_extrapolate_is_flat_through_the_longer_time_when_the_larger_run_was_faster():
+    assert fp.extrapolate((0.1, 0.2), (31.0, 30.0)) == {"intercept_s": 31.0, "slope_s": 0.0, "full_s": 31.0}
     with pytest.raises(ValueError, match="fractions"):
         fp.extrapolate((0.2, 0.1), (1.0, 2.0))
     with pytest.raises(ValueError, match="seconds"):

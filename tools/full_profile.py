@@ -106,7 +106,7 @@ def extrapolate(fractions: tuple[float, float], seconds: tuple[float, float]) ->
     """The line t(f) = a + b f through two measured points, and its value at f = 1.
 
     A fit with b < 0 (the larger run was faster: noise on a notebook whose scaled part is negligible)
-    is replaced by the flat line through the larger time, a conservative t(1).
+    is replaced by the flat line through the longer of the two times, a conservative t(1).
 
     Examples
     --------
@@ -120,7 +120,7 @@ def extrapolate(fractions: tuple[float, float], seconds: tuple[float, float]) ->
         raise ValueError(f"seconds must be finite and non-negative, got {seconds!r}")
     slope = (t2 - t1) / (f2 - f1)
     if slope < 0:
-        return {"intercept_s": round(t2, 1), "slope_s": 0.0, "full_s": round(t2, 1)}
+        return {"intercept_s": round(max(t1, t2), 1), "slope_s": 0.0, "full_s": round(max(t1, t2), 1)}
     intercept = max(t1 - slope * f1, 0.0)
     return {"intercept_s": round(intercept, 1), "slope_s": round(slope, 1), "full_s": round(intercept + slope, 1)}
 
