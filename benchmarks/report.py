@@ -1422,7 +1422,8 @@ def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0
 
     Columns: "notebook", "full profile" (the time, :func:`_minutes`), "how" ("measured" or
     "extrapolated"), "ran on" (the CPUs a run could use and the mean load average during it, where the
-    record has them: a load above the CPUs means the run shared them and its time is an upper bound), "reduced runs" (each fraction f and its time; a run whose only failure was an
+    record has them: a load above the CPUs means the run shared them and its time is an upper bound),
+    "reduced runs" (each fraction f and its time; a run whose only failure was an
     asserted finding not established at that size, in its last cell, is marked), "fixed part" (the intercept a
     of t(f) = a + b f: what does not scale), "seconds" (the time, for sorting and sums) and
     "grid" (whether the notebook's grid runs through ``run_sweep``: the executor it can spread it
