@@ -151,14 +151,26 @@ def _ok(status: str) -> bool:
 
 
 def _commit() -> str:
-    """The checkout's short commit, with "+" where its tracked files differ from it."""
+    """The checkout's short commit, with "+" where its tracked files differ from it.
+
+    The record itself does not count: this script rewrites it between runs, and it changes nothing
+    that a run executes.
+    """
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+    record = f":(exclude){RESULT.relative_to(ROOT)}"
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", record], cwd=ROOT).returncode != 0
     return head.stdout.strip() + ("+" if dirty else "")
 
 
+def _machine() -> str:
+    """This machine's CPU model (:func:`nwlib.book.build_record.cpu_model`, which imports no torch)."""
+    from nwlib.book.build_record import cpu_model
+
+    return cpu_model()
+
+
 def _conditions(stage: Path) -> Path:
-    """Where a run's conditions (cores, mean load, commit) are kept, beside its stage."""
+    """Where a run's conditions (machine, date, cores, mean load, commit) are kept, beside its stage."""
     return stage.with_name(f"{stage.name}-conditions.json")
 
 
@@ -173,9 +185,10 @@ def _run(
 ) -> tuple[float, str, dict[str, Any]]:
     """Execute one notebook under full (at ``fraction`` of its work, or all of it).
 
-    Returns its seconds, its status and the conditions it ran under: ``cores`` (how many CPUs it
-    could use), ``load`` (the 1-minute load average, sampled every 10 s during the run and averaged:
-    above ``cores`` the run shared its CPUs and its time is an upper bound) and ``commit``. With
+    Returns its seconds, its status and the conditions it ran under: ``machine`` (the CPU model),
+    ``date``, ``cores`` (how many CPUs it could use), ``load`` (the 1-minute load average, sampled
+    every 10 s during the run and averaged: above ``cores`` the run shared its CPUs and its time is
+    an upper bound) and ``commit``. With
     ``cores`` (a CPU list such as "0" or "0,1") the run is pinned to those CPUs (``taskset``) with
     that many intra-op threads. With ``execute=False`` the run already staged in ``stage`` is read
     back (``--from-stages``).
@@ -203,7 +216,13 @@ def _run(
                     break
                 except subprocess.TimeoutExpired:
                     loads.append(os.getloadavg()[0])
-        conditions = {"cores": count, "load": round(sum(loads) / max(len(loads), 1), 2), "commit": _commit()}
+        conditions = {
+            "machine": _machine(),
+            "date": time.strftime("%Y-%m-%d"),
+            "cores": count,
+            "load": round(sum(loads) / max(len(loads), 1), 2),
+            "commit": _commit(),
+        }
         _conditions(stage).write_text(json.dumps(conditions) + "\n")
     file = _conditions(stage)
     conditions = json.loads(file.read_text()) if file.is_file() else {}
@@ -219,8 +238,8 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Run each notebook at its two fractions (or, with nothing to scale, once under full).
 
-    Each row keeps its runs' conditions (:func:`_run`): ``cores``, ``load`` (the largest of its runs'
-    mean loads) and ``commit``.
+    Each row keeps its runs' conditions (:func:`_run`): ``machine`` and ``date`` (its last run's),
+    ``cores``, ``load`` (the largest of its runs' mean loads) and ``commit``.
     """
     sys.path.insert(0, str(ROOT / "tools"))
     from run_notebooks import load_parameters  # noqa: E402  (tools/ is not a package)
@@ -247,13 +266,52 @@ def measure(
         row: dict[str, Any] = {"notebook": name, "how": "extrapolated", "runs": runs, "sweep": "executor" in full}
         if all("cores" in r for r in runs):
             row |= {"cores": max(r["cores"] for r in runs), "load": max(r["load"] for r in runs)}
-            row["commit"] = runs[-1]["commit"]
+            row |= {k: runs[-1][k] for k in ("machine", "date", "commit") if k in runs[-1]}
         row["status"] = "ok" if all(_ok(r["status"]) for r in runs) else "FAILED"
         if row["status"] == "ok":
             row.update(extrapolate(tuple(entry["fractions"]), tuple(r["seconds"] for r in runs)))
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
+
+
+def summarise(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with its header from its rows: ``machine``, ``cpus``, ``date`` and ``commit``.
+
+    A partial rerun keeps the other notebooks' rows, which may come from another machine or day:
+    each row (and each run, check and distributed run) keeps its own ``machine`` and ``date``, and
+    the header lists every one that occurs (" and " between machines, ", " between dates and
+    commits). A row without them (recorded before they were kept) takes the header's old values.
+
+    Examples
+    --------
+    >>> old = {"machine": "AMD EPYC", "date": "2026-12-02", "notebooks": [{"notebook": "a", "commit": "c1"}]}
+    >>> new = {"notebook": "b", "machine": "Intel Xeon", "date": "2026-12-03", "commit": "c2"}
+    >>> out = summarise({**old, "notebooks": old["notebooks"] + [new]})
+    >>> out["machine"], out["date"], out["commit"], out["notebooks"][0]["machine"]
+    ('AMD EPYC and Intel Xeon', '2026-12-02, 2026-12-03', 'c1, c2', 'AMD EPYC')
+    """
+    fallback = {"machine": record.get("machine"), "date": record.get("date")}
+    entries = list(record["notebooks"]) + list(record.get("checks", []))
+    entries += [record["distributed"]] if record.get("distributed") else []
+    for entry in entries:
+        for key, value in fallback.items():
+            if value and key not in entry and " and " not in value and ", " not in value:
+                entry[key] = value
+            for run in entry.get("runs", []):
+                if key in entry and key not in run:
+                    run[key] = entry[key]
+
+    def distinct(key: str) -> list[str]:
+        return list(dict.fromkeys(str(e[key]) for e in entries if e.get(key)))
+
+    header = {
+        "machine": " and ".join(distinct("machine")) or _machine(),
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "date": ", ".join(sorted(distinct("date"))) or time.strftime("%Y-%m-%d"),
+        "commit": ", ".join(sorted(distinct("commit"))) or _commit(),  # of the runs (each row keeps its own)
+    }
+    return header | {k: v for k, v in record.items() if k not in header}
 
 
 def agreement(serial: Path, other: Path) -> dict[str, int]:
@@ -380,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         check["predicted_s"] = round(predicted, 1)
         print(json.dumps(check), flush=True)
         record["checks"] = [c for c in record.get("checks", []) if c["notebook"] != name] + [check]
-        args.output.write_text(json.dumps(record, indent=1) + "\n")
+        args.output.write_text(json.dumps(summarise(record), indent=1) + "\n")
         return 0 if _ok(status) else 1
     if args.distributed:
         if len(args.notebooks) != 1 or args.notebooks[0].stem not in spec:
@@ -389,26 +447,19 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(check), flush=True)
         record = json.loads(args.output.read_text())
         record["distributed"] = check
-        args.output.write_text(json.dumps(record, indent=1) + "\n")
+        args.output.write_text(json.dumps(summarise(record), indent=1) + "\n")
         return 0 if check["agree"] == check["values"] and not check["missing"] else 1
     names = [p.stem for p in args.notebooks] or sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
     rows = measure(names, spec, args.timeout, execute=not args.from_stages, cores=args.cores)
-    from nwlib.book.build_record import cpu_model  # imports no torch
-
     previous = json.loads(args.output.read_text()) if args.output.is_file() else {"notebooks": []}
     merged = {r["notebook"]: r for r in previous.get("notebooks", [])}  # a partial rerun keeps the others
     merged.update({r["notebook"]: r for r in rows})
-    commits = sorted({r["commit"] for r in merged.values() if r.get("commit")})
-    record = {
-        "machine": cpu_model(),
-        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "date": time.strftime("%Y-%m-%d"),
-        "commit": ", ".join(commits) or _commit(),  # of the runs (each row keeps its own)
-        "notebooks": [merged[k] for k in sorted(merged)],
-    }
+    record = {k: previous[k] for k in ("machine", "date") if k in previous}  # the old rows' (summarise)
+    record["notebooks"] = [merged[k] for k in sorted(merged)]
     for kept in ("distributed", "checks"):  # recorded by --distributed and --check
         if previous.get(kept):
             record[kept] = previous[kept]
+    record = summarise(record)
     args.output.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output}")
     return 0 if all(_ok(r["status"]) for r in rows) else 1
