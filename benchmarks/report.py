@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1417,12 +1418,41 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def short_machine(model: str) -> str:
+    """A CPU model as a reader names it: no trademark signs, no "CPU" or "Processor", no clock.
+
+    Examples
+    --------
+    >>> short_machine("Intel(R) Xeon(R) Processor"), short_machine("AMD EPYC 7B13 64-Core Processor")
+    ('Intel Xeon', 'AMD EPYC 7B13 64-Core')
+    >>> short_machine("Intel(R) Core(TM) i7-8650U CPU @ 1.90GHz")
+    'Intel Core i7-8650U'
+    """
+    text = re.sub(r"\((R|TM|tm|r)\)", "", str(model))
+    text = re.sub(r"@\s*[\d.]+\s*GHz", "", text)
+    text = re.sub(r"\b(CPU|Processor)\b", "", text)
+    return " ".join(text.split()) or str(model)
+
+
+def _cores(entry: Mapping[str, Any]) -> str:
+    cores = int(entry["cores"])
+    return f"{cores} core{'s' if cores > 1 else ''}"
+
+
+def _row_machines(record: Mapping[str, Any]) -> list[str]:
+    """The machines of the record's notebook rows, in order of appearance (short names)."""
+    header = str(record.get("machine") or "")
+    names = [str(e.get("machine") or header) for e in record["notebooks"]]
+    return list(dict.fromkeys(short_machine(n) for n in names if n))
+
+
 def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0) -> pd.DataFrame:
     """One row per notebook: how its full-profile time was found, the reduced runs, the time and the executor.
 
     Columns: "notebook", "full profile" (the time, :func:`_minutes`), "how" ("measured" or
-    "extrapolated"), "ran on" (the CPUs a run could use and the mean load average during it, where the
-    record has them: a load above the CPUs means the run shared them and its time is an upper bound),
+    "extrapolated"), "ran on" (the machine, the CPUs a run could use and the mean load average during it,
+    where the record has them: a load above the CPUs means the run shared them and its time is an upper
+    bound),
     "reduced runs" (each fraction f and its time; a run whose only failure was an
     asserted finding not established at that size, in its last cell, is marked), "fixed part" (the intercept a
     of t(f) = a + b f: what does not scale), "seconds" (the time, for sorting and sums) and
@@ -1464,8 +1494,9 @@ def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0
         else:
             grid = "serial only" if seconds > 60 * sweep_minutes else "–"
         if "cores" in entry:
-            cores = int(entry["cores"])
-            ran_on = f"{cores} core{'s' if cores > 1 else ''}, load {float(entry['load']):.1f}"
+            machine = entry.get("machine") or (record.get("machine") if len(_row_machines(record)) == 1 else None)
+            ran_on = f"{short_machine(machine) + ', ' if machine else ''}{_cores(entry)}"
+            ran_on += f", load {float(entry['load']):.1f}"
         else:
             ran_on = "–"
         rows.append(
@@ -1498,9 +1529,15 @@ def full_profile_values(record: Mapping[str, Any], *, sweep_minutes: float = 30.
     table = full_profile_table(record, sweep_minutes=sweep_minutes).iloc[:-1]
     longest = table.loc[table["seconds"].idxmax()]
     over = table[table["seconds"] > 60 * sweep_minutes]
+    machines = _row_machines(record) or ["?"]
+    if len(machines) == 1:
+        where = f"{machines[0]}, {record.get('cpus', '?')} CPU cores, {record.get('date', '?')}"
+        where += f", commit {record.get('commit', '?')}"
+    else:  # a partial rerun elsewhere: the table's "ran on" says which row ran where
+        where = f"{' and '.join(machines)} ({record.get('cpus', '?')} CPU cores each; {record.get('date', '?')}; "
+        where += f"commits {record.get('commit', '?')}; the table says which notebook ran where)"
     values: dict[str, Any] = {
-        "full_profile_machine": f"{record.get('machine', '?')}, {record.get('cpus', '?')} CPU cores, "
-        f"{record.get('date', '?')}, commit {record.get('commit', '?')}",
+        "full_profile_machine": where,
         "full_profile_total_h": float(table["seconds"].sum()) / 3600,
         "full_profile_longest": f"{longest['notebook']} ({longest['full profile']})",
         "full_profile_over": ", ".join(f"{r['notebook']} ({r['full profile']})" for _, r in over.iterrows()) or "none",
@@ -1508,7 +1545,9 @@ def full_profile_values(record: Mapping[str, Any], *, sweep_minutes: float = 30.
     check = record.get("distributed")
     if check:
         values["full_profile_distributed"] = (
-            f"{_short_notebook(check['notebook'])} at f = {check['fraction']:g} on {check['executor']}: "
+            f"{_short_notebook(check['notebook'])} at f = {check['fraction']:g} on {check['executor']}"
+            + (f" ({short_machine(check['machine'])})" if check.get("machine") else "")
+            + ": "
             f"{check['agree']} of {check['values']} verified values agree with the serial run, {check['identical']} "
             f"of them bit for bit ({_minutes(check['seconds'])} against {_minutes(check['serial_seconds'])} serially)"
         )
@@ -1520,7 +1559,9 @@ def full_profile_values(record: Mapping[str, Any], *, sweep_minutes: float = 30.
             continue
         took, predicted = float(c["seconds"]), float(c["predicted_s"])
         checks.append(
-            f"{_short_notebook(c['notebook'])} at f = {c['fraction']:g} took {_minutes(took)} against "
+            f"{_short_notebook(c['notebook'])} at f = {c['fraction']:g}"
+            + (f" ({short_machine(c['machine'])}, {_cores(c)})" if c.get("machine") and "cores" in c else "")
+            + f" took {_minutes(took)} against "
             f"{_minutes(predicted)} predicted by the line ({took / predicted - 1:+.0%})"
         )
     values["full_profile_check"] = "; ".join(checks) if checks else "no third fraction was run"

@@ -130,7 +130,8 @@ def test_full_profile_table_rows_and_total(tmp_path):
     assert list(table["full profile"]) == ["9 s", "101 min", "30 min", "2.2 h"]
     assert list(table["grid"]) == ["–", "run_sweep", "serial only", "–"]
     assert table.loc[1, "reduced runs"] == "f = 0.04: 5 min; f = 0.08: 9 min"
-    assert list(table["ran on"]) == ["–", "1 core, load 2.3", "–", "–"]  # where the record has the conditions
+    # where the record has the conditions; one machine in the record ("m"), so a row without its own takes it
+    assert list(table["ran on"]) == ["–", "m, 1 core, load 2.3", "–", "–"]
     assert table.loc[3, "seconds"] == pytest.approx(9 + 6060 + 1820)
 
 
@@ -229,3 +230,34 @@ def test_a_run_that_fails_only_its_findings_check_is_complete_for_timing(tmp_pat
     assert fp.stage_result("ch03", stage) == (194.2, "ok, findings not established")
     log.write_text("NameError: name 'x' is not defined\n")
     assert fp.stage_result("ch03", stage) == (194.2, "FAILED")
+
+
+def test_a_record_from_two_machines_says_which_row_ran_where(tmp_path):
+    rows = _two_rows()
+    rows[1] |= {"machine": "Intel(R) Xeon(R) Processor", "cores": 2, "load": 1.04}
+    rows.append(
+        {"notebook": "ch01_attention_is_nw", "how": "measured", "status": "ok", "full_s": 60.0, "cores": 1, "load": 0.5}
+    )
+    record = {"machine": "AMD EPYC", "cpus": 2, "date": "d1, d2", "commit": "c1, c2", "notebooks": rows}
+    record = fp.summarise(record)  # the tool's header: every machine of the rows, the old rows keep theirs
+    assert record["machine"] == "AMD EPYC and Intel(R) Xeon(R) Processor"
+    assert rows[2]["machine"] == "AMD EPYC"
+    table = report.full_profile_table(record)
+    assert table.loc[1, "ran on"] == "Intel Xeon, 2 cores, load 1.0"
+    assert table.loc[2, "ran on"] == "AMD EPYC, 1 core, load 0.5"
+    assert table.loc[0, "ran on"] == "–"  # no conditions recorded: no machine claimed either
+    where = report.full_profile_values(record)["full_profile_machine"]
+    assert where.startswith("AMD EPYC and Intel Xeon (2 CPU cores each;") and "which notebook ran where" in where
+
+
+@pytest.mark.parametrize(
+    "model, short",
+    [
+        ("Intel(R) Xeon(R) Processor", "Intel Xeon"),
+        ("AMD EPYC 7B13 64-Core Processor", "AMD EPYC 7B13 64-Core"),
+        ("Intel(R) Core(TM) i7-8650U CPU @ 1.90GHz", "Intel Core i7-8650U"),
+        ("Apple M2", "Apple M2"),
+    ],
+)
+def test_short_machine_drops_marks_and_clock(model, short):
+    assert report.short_machine(model) == short

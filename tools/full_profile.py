@@ -280,8 +280,9 @@ def summarise(record: dict[str, Any]) -> dict[str, Any]:
 
     A partial rerun keeps the other notebooks' rows, which may come from another machine or day:
     each row (and each run, check and distributed run) keeps its own ``machine`` and ``date``, and
-    the header lists every one that occurs (" and " between machines, ", " between dates and
-    commits). A row without them (recorded before they were kept) takes the header's old values.
+    the header lists every one that the notebooks' rows hold (" and " between machines, ", " between
+    dates and commits). An entry without them (recorded before they were kept) takes the header's
+    old values.
 
     Examples
     --------
@@ -292,8 +293,8 @@ def summarise(record: dict[str, Any]) -> dict[str, Any]:
     ('AMD EPYC and Intel Xeon', '2026-12-02, 2026-12-03', 'c1, c2', 'AMD EPYC')
     """
     fallback = {"machine": record.get("machine"), "date": record.get("date")}
-    entries = list(record["notebooks"]) + list(record.get("checks", []))
-    entries += [record["distributed"]] if record.get("distributed") else []
+    rows = list(record["notebooks"])
+    entries = rows + list(record.get("checks", [])) + ([record["distributed"]] if record.get("distributed") else [])
     for entry in entries:
         for key, value in fallback.items():
             if value and key not in entry and " and " not in value and ", " not in value:
@@ -303,7 +304,7 @@ def summarise(record: dict[str, Any]) -> dict[str, Any]:
                     run[key] = entry[key]
 
     def distinct(key: str) -> list[str]:
-        return list(dict.fromkeys(str(e[key]) for e in entries if e.get(key)))
+        return list(dict.fromkeys(str(e[key]) for e in rows if e.get(key)))
 
     header = {
         "machine": " and ".join(distinct("machine")) or _machine(),
