@@ -1518,6 +1518,38 @@ def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0
     return table
 
 
+def styled_full_profile(table: pd.DataFrame) -> Any:
+    """:func:`full_profile_table` for the appendix, without "seconds", its phrases kept on one line.
+
+    The page's column is narrow, and a cell such as "Intel Xeon, 2 cores, load 1.0" would otherwise
+    break after every word: each phrase ("Intel Xeon", "2 cores", "f = 0.03: 3 min") is joined by
+    no-break spaces, so that a cell breaks only between phrases (after a comma or a semicolon, or
+    before a parenthesis).
+
+    Examples
+    --------
+    >>> row = {"notebook": "ch01", "full profile": "76 min", "ran on": "Intel Xeon, 2 cores, load 1.0",
+    ...        "reduced runs": "f = 0.03: 3 min (a finding not established); f = 0.09: 7 min", "seconds": 1.0}
+    >>> html = styled_full_profile(pd.DataFrame([row])).to_html()
+    >>> "Intel\u00a0Xeon, 2\u00a0cores, load\u00a01.0" in html, "f\u00a0=\u00a00.03:\u00a03\u00a0min (a finding" in html
+    (True, True)
+    >>> "seconds" in html
+    False
+    """
+
+    def phrases(cell: Any) -> Any:
+        if not isinstance(cell, str):
+            return cell
+        parts = []
+        for part in cell.split("; "):
+            head, sep, note = part.partition(" (")
+            parts.append(", ".join(p.replace(" ", "\u00a0") for p in head.split(", ")) + sep + note)
+        return "; ".join(parts)
+
+    shown = table.drop(columns=["seconds"], errors="ignore")
+    return shown.map(phrases).style.hide(axis="index")
+
+
 def full_profile_values(record: Mapping[str, Any], *, sweep_minutes: float = 30.0) -> dict[str, Any]:
     """What the pages quote from the full-profile record (informational: the machine's times).
 
