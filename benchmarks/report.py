@@ -1439,11 +1439,19 @@ def _cores(entry: Mapping[str, Any]) -> str:
     return f"{cores} core{'s' if cores > 1 else ''}"
 
 
+def _machine_of(entry: Mapping[str, Any], record: Mapping[str, Any]) -> str | None:
+    """An entry's machine (short name); else the record's, where that names one machine (a record from
+    before each row kept its own); else None."""
+    own, header = entry.get("machine"), str(record.get("machine") or "")
+    if own:
+        return short_machine(own)
+    return short_machine(header) if header and " and " not in header else None
+
+
 def _row_machines(record: Mapping[str, Any]) -> list[str]:
     """The machines of the record's notebook rows, in order of appearance (short names)."""
-    header = str(record.get("machine") or "")
-    names = [str(e.get("machine") or header) for e in record["notebooks"]]
-    return list(dict.fromkeys(short_machine(n) for n in names if n))
+    names = (_machine_of(e, record) for e in record["notebooks"])
+    return list(dict.fromkeys(n for n in names if n))
 
 
 def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0) -> pd.DataFrame:
@@ -1494,8 +1502,8 @@ def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0
         else:
             grid = "serial only" if seconds > 60 * sweep_minutes else "–"
         if "cores" in entry:
-            machine = entry.get("machine") or (record.get("machine") if len(_row_machines(record)) == 1 else None)
-            ran_on = f"{short_machine(machine) + ', ' if machine else ''}{_cores(entry)}"
+            machine = _machine_of(entry, record)
+            ran_on = f"{machine + ', ' if machine else ''}{_cores(entry)}"
             ran_on += f", load {float(entry['load']):.1f}"
         else:
             ran_on = "–"
