@@ -1,12 +1,14 @@
 """The fused CPU kernel behind :func:`nwlib.nadaraya_watson`, built on first use.
 
-``nwlib/csrc/nw_fused.cpp`` computes softmax(⟨q, k⟩·scale + bias) v in one pass over the keys
-with ATen's vectorised exp (``at::vec::Vectorized<float>::exp_u20`` in float32, Sleef's 1-ulp
-exp in float64), specialised for the book's shapes: small head dimensions and one or a few
-value columns, many replicates × heads. Measured against SDPA on one core (float32,
-n = 2048, m = 256, a loaded machine): 1.2-7× faster for d ≤ 8 with scalar values, 1.7-2.9× with
-p = d ≤ 8, 1.1-2× in float64; not faster above d = 8 in float32 and slower for p ≥ 16; hence
-the limits below. ``torch.utils.cpp_extension.load_inline`` compiles it
+``nwlib/csrc/nw_fused.cpp`` computes softmax(⟨q, k⟩·scale + bias) v in one pass over the keys,
+on every thread of ATen's pool, with its logits in base 2 and its own vectorised exp2 in float32
+(a degree-5 polynomial, within 2 ulp; Sleef's 1-ulp exp2 in float64), specialised for the book's
+shapes: small head dimensions and one or a few value columns, many replicates × heads. The
+limits below were chosen by measuring an earlier, single-threaded build against SDPA (float32,
+n = 2048, m = 256): 1.2-7× faster for d ≤ 8 with scalar values, 1.7-2.9× with p = d ≤ 8,
+1.1-2× in float64; not faster above d = 8 in float32 and slower for p ≥ 16. The current build
+is about three times faster again at the benchmark's target configuration (``benchmarks/run.py``,
+the Performance appendix). ``torch.utils.cpp_extension.load_inline`` compiles it
 once per machine and caches it (``TORCH_EXTENSIONS_DIR``, by default
 ``~/.cache/torch_extensions``); a cached build loads in well under a second.
 
@@ -74,8 +76,12 @@ def module() -> Any | None:
         STATE["module"] = load_inline(
             name=f"nwlib_nw_fused_{cap.lower()}",
             cpp_sources=SOURCE.read_text(),
-            functions=["nw_forward", "exp_rate"],
-            extra_cflags=["-O3", f"-DCPU_CAPABILITY={cap}", *_FLAGS[cap]],
+            functions=["nw_forward", "exp_rate", "exp2_values", "mix_rate"],
+            # -fopenmp: at::parallel_for is a header template over OpenMP in this build of torch;
+            # without the flag its pragma is ignored and the kernel runs on one thread. The
+            # runtime is torch's own (libgomp.so.1, already loaded by libtorch_cpu).
+            extra_cflags=["-O3", "-fopenmp", f"-DCPU_CAPABILITY={cap}", *_FLAGS[cap]],
+            extra_ldflags=["-fopenmp"],
             verbose=False,
         )
     except Exception as exc:  # no compiler, no ninja, a failed build: SDPA it is
@@ -103,9 +109,9 @@ def fused_attention(
     """softmax(scale·(⟨q, k⟩ + offset(k))) v as (*batch, m, p), or None where SDPA must do it.
 
     ``q`` (*bq, m, d), ``k`` (*bk, n, d), ``v`` (*bv, n, p), ``offset`` (*bk, n) or None, as in
-    ``nwlib.kernels._attention``. The keys, the offset and the values are laid out once per
-    distinct (unbroadcast) batch element: keys and values transposed to (d, N) and (p, N), N the
-    key count padded to the vector width, with -inf offsets on the padding; queries carry the scale.
+    ``nwlib.kernels._attention``. They reach the kernel as (B, H, ...) views, broadcast batches
+    as stride 0; the kernel lays out the keys, offsets and values of each distinct batch element
+    once per thread (transposed, padded to the vector width) and folds the scale into the queries.
     """
     tensors = (q, k, v) if offset is None else (q, k, v, offset)
     if not applicable(*tensors):
@@ -116,18 +122,8 @@ def fused_attention(
     from .kernels import _sdpa_view as _batched  # the same broadcast layout as SDPA's inputs
 
     m, n, d, p = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    lanes = 64 // q.element_size()
-    N = -(-n // lanes) * lanes
-    kt = k.new_zeros(*k.shape[:-2], d, N)
-    kt[..., :n] = k.mT
-    bias = k.new_full((*k.shape[:-2], 1, N), float("-inf"))
-    bias[..., 0, :n] = 0.0 if offset is None else offset * scale
-    vt = v.new_zeros(*v.shape[:-2], p, N)
-    vt[..., :n] = v.mT
+    off = None if offset is None else _batched(offset.unsqueeze(-2), batch, 1, n)[:, :, 0]
     out = mod.nw_forward(
-        _batched((q * scale).contiguous(), batch, m, d),
-        _batched(kt, batch, d, N),
-        _batched(bias, batch, 1, N)[:, :, 0],
-        _batched(vt, batch, p, N),
+        _batched(q, batch, m, d), _batched(k, batch, n, d), _batched(v, batch, n, p), off, float(scale)
     )
     return out.reshape(*batch, m, p)

@@ -421,3 +421,56 @@ def test_running_maximum_rescales_late_large_logits(dtype):
     ref = torch.softmax(q @ k.mT, dim=-1) @ v
     out = nadaraya_watson(q.to(dtype), k.to(dtype), v.to(dtype), bandwidth=1.0)
     torch.testing.assert_close(out, ref.to(dtype), **{torch.float32: dict(rtol=1e-4, atol=1e-5)}.get(dtype, {}))
+
+
+def test_fused_exp2_is_within_two_ulp_of_float64():
+    # nwlib's float32 exp2 (the fused kernel's exponential; its logits are in base 2) against
+    # float64 exp2, over the arguments the kernel feeds it: at most its headroom (16) above the
+    # running maximum, down to -inf on the padding.
+    from nwlib import _fused
+
+    if not _fused_available():
+        pytest.skip(f"fused kernel not built here: {_fused.STATE['error']}")
+    x = torch.linspace(-126.0, 16.0, 2**20, dtype=torch.float32)
+    ref = torch.exp2(x.double())
+    rel = ((_fused.module().exp2_values(x).double() - ref).abs() / ref).max().item()
+    assert rel < 2 * 2.0**-23  # two ulp of float32 (the fit's 1.9e-7 includes float32 rounding)
+    # -inf (the padding) and far below: exactly 0; just below -126 at most the smallest normal
+    far = torch.tensor([-150.0, -1e30] + [float("-inf")] * 14)
+    assert torch.equal(_fused.module().exp2_values(far), torch.zeros(16))
+    below = _fused.module().exp2_values(torch.linspace(-149.0, -126.0, 16))
+    assert (below >= 0).all() and (below <= torch.finfo(torch.float32).tiny).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fused_kernel_reads_strided_and_broadcast_inputs(dtype):
+    # The kernel takes its inputs as views: keys and values every other row of larger tensors,
+    # queries shared by the first batch dimension (stride 0), an offset (Gaussian kernel) of the
+    # strided keys; against the textbook formulas on contiguous float64 copies.
+    gen = torch.Generator().manual_seed(11)
+    big_k = torch.randn(3, 2, 80, 5, generator=gen, dtype=torch.float64)
+    big_v = torch.randn(3, 2, 80, 2, generator=gen, dtype=torch.float64)
+    k, v = big_k[:, :, ::2], big_v[:, :, ::2].transpose(-1, -2).contiguous().transpose(-1, -2)
+    q = torch.randn(1, 2, 6, 5, generator=gen, dtype=torch.float64).expand(3, 2, 6, 5)
+    assert not k.is_contiguous() and not v.is_contiguous() and q.stride(0) == 0
+    tol = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12)}[dtype]
+    for kernel, logits in (("exp", exp_logits(5**0.25)), ("gaussian", gaussian_logits(0.9))):
+        ref = explicit_softmax_nw(q.numpy(), k.contiguous().numpy(), v.contiguous().numpy(), logits)
+        out = nadaraya_watson(q.to(dtype), k.to(dtype), v.to(dtype), kernel=kernel, bandwidth=0.9 if kernel == "gaussian" else None)
+        torch.testing.assert_close(out, torch.from_numpy(ref).to(dtype), **tol)
+
+
+def test_fused_kernel_gives_the_same_bits_on_any_thread_count():
+    # Each query's sums stay within one thread (tiles of queries are split, never keys), so the
+    # estimate does not depend on how many threads share the call.
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = make_data(gen, "cpu", torch.float32, batch=(4, 3), m=33, n=300, d=8, p=1)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            outs.append(nadaraya_watson(q, k, v))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(outs[0], o) for o in outs[1:])

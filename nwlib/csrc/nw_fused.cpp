@@ -1,19 +1,26 @@
 // Fused Nadaraya-Watson (softmax attention) forward for small head dimensions, on ATen's
-// vectorised exp. out[b, h, i, :] = sum_j w_ij v[b, h, :, j] with w_ij ∝ exp(<q_i, k_j> + bias_j),
-// in one pass over the keys with a running maximum (online softmax), so that no (m, n) weight
-// matrix is formed. float32 uses exp_u20 (a few ulp; the tests compare with float64 references),
-// float64 Sleef's 1-ulp exp. Forward only: nwlib/_fused.py routes autograd to SDPA.
+// vectorised types. out[b, h, i, :] = sum_j w_ij v[b, h, j, :] with w_ij ∝ exp(scale·(<q_i, k_j> +
+// offset_j)), in one pass over the keys with a running maximum (online softmax), so that no (m, n)
+// weight matrix is formed. Forward only: nwlib/_fused.py routes autograd to SDPA.
 //
-// Layout (prepared by nwlib/_fused.py): q (B, H, m, d) with the scale folded in; kt (B, H, d, N)
-// keys transposed and N padded to a multiple of the vector width; bias (B, H, N) (-inf on the
-// padding); vt (B, H, p, N). The two batch dimensions may have stride 0 (broadcast inputs);
-// the last two of every tensor are contiguous. Returns (B, H, m, p) in the inputs' dtype.
+// The logits are formed in base 2: the queries and the offsets carry scale·log2(e), so that the
+// weights are 2^(logit - shift) and the exponential costs no multiply. float32 uses nwlib's own
+// exp2 (exp2_poly below: a degree-5 polynomial and an exponent scaling, within 2 ulp), float64
+// Sleef's 1-ulp exp2.
+//
+// Inputs (built by nwlib/_fused.py as views): q (B, H, m, d), k (B, H, n, d), v (B, H, n, p),
+// offset (B, H, n) or an undefined tensor, of one dtype and any strides (the batch dimensions of
+// broadcast inputs have stride 0). Each thread copies the keys, offsets and values of the (b, h)
+// it works on into its own buffers, transposed to (d, N), (N,) and (p, N), N the key count
+// padded to the vector width (offset -inf on the padding), once per distinct source: an input
+// shared by many (b, h) is laid out once per thread. Returns (B, H, m, p), contiguous.
 #include <torch/extension.h>
 #include <c10/macros/Macros.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
 #include <ATen/cpu/vec/functional.h>
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -21,20 +28,88 @@ namespace {
 
 using at::vec::Vectorized;
 
-template <typename T, bool FAST>
-inline Vectorized<T> vexp(const Vectorized<T>& x) {
-  if constexpr (FAST && std::is_same_v<T, float>) {
-    return x.exp_u20();
+#if defined(CPU_CAPABILITY_AVX512)
+inline bool any_above(const Vectorized<float>& x, const Vectorized<float>& t) {
+  return _mm512_cmp_ps_mask(x, t, _CMP_GT_OQ) != 0;
+}
+inline bool any_above(const Vectorized<double>& x, const Vectorized<double>& t) {
+  return _mm512_cmp_pd_mask(x, t, _CMP_GT_OQ) != 0;
+}
+#elif defined(CPU_CAPABILITY_AVX2)
+inline bool any_above(const Vectorized<float>& x, const Vectorized<float>& t) {
+  return _mm256_movemask_ps(_mm256_cmp_ps(x, t, _CMP_GT_OQ)) != 0;
+}
+inline bool any_above(const Vectorized<double>& x, const Vectorized<double>& t) {
+  return _mm256_movemask_pd(_mm256_cmp_pd(x, t, _CMP_GT_OQ)) != 0;
+}
+#else
+#error "nw_fused.cpp is built for AVX2 or AVX-512 only (nwlib/_fused.py)"
+#endif
+
+// max(x, c) without at::vec::maximum's NaN propagation (three more instructions, which made the
+// exp2 loop several times slower on the Xeon measured): the arguments here are never NaN.
+inline Vectorized<float> clamp_below(const Vectorized<float>& x, float c) {
+#if defined(CPU_CAPABILITY_AVX512)
+  return _mm512_max_ps(x, _mm512_set1_ps(c));
+#else
+  return _mm256_max_ps(x, _mm256_set1_ps(c));
+#endif
+}
+
+// The horizontal maximum and sum of a vector (a copy: the vectors of the tile stay in registers).
+template <typename T>
+inline T hmax(Vectorized<T> x) {
+  using Vec = Vectorized<T>;
+  return at::vec::vec_reduce_all<T>([](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, x);
+}
+template <typename T>
+inline T hsum(Vectorized<T> x) {
+  using Vec = Vectorized<T>;
+  return at::vec::vec_reduce_all<T>([](Vec& a, Vec& b) { return a + b; }, x);
+}
+
+// 2^t for t <= 128 in float32: t = n + f with n an integer and |f| <= 1/2, 2^f by a degree-5
+// polynomial (coefficients fitted to the relative error of 2^f on [-1/2, 1/2] by iteratively
+// reweighted least squares; 1.9e-7 relative in float32 arithmetic, tests/test_kernels.py), 2^n
+// put into the exponent. Arguments are clamped below at CLAMP, where 2^n rounds (AVX-512's
+// scalef) or is set (AVX2's exponent field of zero) to 0, so -inf (the padding) gives exactly 0
+// and every t below -126 at most the smallest normal number, nothing next to a sum of at least 1. Nine or twelve vector operations, against about nineteen for ATen's exp_u20.
+inline Vectorized<float> exp2_poly(const Vectorized<float>& x) {
+  using Vec = Vectorized<float>;
+#if defined(CPU_CAPABILITY_AVX512)
+  constexpr float CLAMP = -150.0f;  // 2^-150 is half the smallest subnormal: scalef rounds it to 0
+#else
+  constexpr float CLAMP = -127.0f;  // exponent field 0: (n + 127) << 23 is the bit pattern of 0
+#endif
+  const Vec t = clamp_below(x, CLAMP);
+  const Vec n = t.round();
+  const Vec f = t - n;
+  Vec p = Vec(0.001326472731307149f);
+  p = at::vec::fmadd(p, f, Vec(0.009671512991189957f));
+  p = at::vec::fmadd(p, f, Vec(0.05550733581185341f));
+  p = at::vec::fmadd(p, f, Vec(0.24022242426872253f));
+  p = at::vec::fmadd(p, f, Vec(0.6931470036506653f));
+  p = at::vec::fmadd(p, f, Vec(1.0f));
+#if defined(CPU_CAPABILITY_AVX512)
+  return _mm512_scalef_ps(p, n);
+#else
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return p * Vec(_mm256_castsi256_ps(e));
+#endif
+}
+
+template <typename T>
+inline Vectorized<T> vexp2(const Vectorized<T>& x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return exp2_poly(x);
   } else {
-    return x.exp();
+    return x.exp2();
   }
 }
 
-
-// One pass over the keys with a lazily updated running maximum: the accumulators are rescaled
-// only when a logit exceeds the current shift by more than HEADROOM, so the exponents are at
-// most HEADROOM (e^HEADROOM and n of them are far from overflow in float32) and the rescale,
-// a horizontal maximum and one scalar exp, happens a few times per query.
+// The accumulators are rescaled only when a logit exceeds the current shift by more than
+// HEADROOM (base 2), so the weights are at most 2^HEADROOM (n of them are far from overflow in
+// float32) and the rescale, a horizontal maximum and one scalar exp2, happens a few times per query.
 template <typename T>
 constexpr T HEADROOM = T(16);
 
@@ -43,7 +118,7 @@ constexpr T HEADROOM = T(16);
 template <int P>
 constexpr int64_t queries_per_tile() { return P == 1 ? 4 : P <= 4 ? 2 : 1; }
 
-template <typename T, bool FAST, int D, int P>
+template <typename T, int D, int P>
 void tile(const T* q, int64_t d_rt, const T* kt, const T* bias, const T* vt, int64_t p_rt, int64_t N,
           int64_t nq, T* out, int64_t out_stride_row) {
   using Vec = Vectorized<T>;
@@ -52,137 +127,219 @@ void tile(const T* q, int64_t d_rt, const T* kt, const T* bias, const T* vt, int
   const int64_t d = D > 0 ? D : d_rt;
   const int64_t p = P > 0 ? P : p_rt;
   constexpr T NEG_INF = -std::numeric_limits<T>::infinity();
-  constexpr int ALL_LANES = (1 << W) - 1;
-  T shift[QT];
+  // P > 0: the accumulators are a fixed-size array that the fully unrolled loops below keep in
+  // registers (no reference to an element escapes); P = 0 (any width): on the heap.
+  constexpr int64_t PS = P > 0 ? P : 1;
+  Vec acc[QT][PS];
   std::vector<Vec> acc_heap(P > 0 ? 0 : QT * p, Vec(T(0)));
-  Vec acc_stack[QT][P > 0 ? P : 1];
-  Vec sums[QT];
+  T shift[QT];
+  Vec sums[QT], shifts[QT];
+  const Vec headroom(HEADROOM<T>);
+#pragma GCC unroll 8
   for (int64_t r = 0; r < QT; ++r) {
     shift[r] = NEG_INF;
+    shifts[r] = Vec(NEG_INF);
     sums[r] = Vec(T(0));
-    if constexpr (P > 0)
-      for (int64_t c = 0; c < P; ++c) acc_stack[r][c] = Vec(T(0));
+#pragma GCC unroll 8
+    for (int64_t c = 0; c < PS; ++c) acc[r][c] = Vec(T(0));
   }
-  auto acc = [&](int64_t r, int64_t c) -> Vec& {
-    if constexpr (P > 0) return acc_stack[r][c]; else return acc_heap[r * p + c];
-  };
   for (int64_t j = 0; j < N; j += W) {
     const Vec b = Vec::loadu(bias + j);
     Vec l[QT];
+#pragma GCC unroll 8
     for (int64_t r = 0; r < QT; ++r) l[r] = b;
+#pragma GCC unroll 8
     for (int64_t c = 0; c < d; ++c) {
       const Vec kv = Vec::loadu(kt + c * N + j);
+#pragma GCC unroll 8
       for (int64_t r = 0; r < QT; ++r) l[r] = at::vec::fmadd(Vec(q[r * d + c]), kv, l[r]);
     }
+#pragma GCC unroll 8
     for (int64_t r = 0; r < QT; ++r) {
-      Vec s = Vec(shift[r]);
-      // zero_mask: one bit per lane that compares false; all set means no logit is above.
-      if (C10_UNLIKELY((l[r] > s + Vec(HEADROOM<T>)).zero_mask() != ALL_LANES)) {
-        const T m = at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return at::vec::maximum(x, y); }, l[r]);
+      Vec t = l[r] - shifts[r];
+      if (C10_UNLIKELY(any_above(t, headroom))) {
+        const T mx = hmax<T>(l[r]);
         if (shift[r] != NEG_INF) {
-          const Vec alpha = Vec(std::exp(shift[r] - m));
+          const Vec alpha = Vec(std::exp2(shift[r] - mx));
           sums[r] = sums[r] * alpha;
-          for (int64_t c = 0; c < p; ++c) acc(r, c) = acc(r, c) * alpha;
+          if constexpr (P > 0) {
+#pragma GCC unroll 8
+            for (int64_t c = 0; c < P; ++c) acc[r][c] = acc[r][c] * alpha;
+          } else {
+            for (int64_t c = 0; c < p; ++c) acc_heap[r * p + c] = acc_heap[r * p + c] * alpha;
+          }
         }
-        shift[r] = m;
-        s = Vec(m);
+        shift[r] = mx;
+        shifts[r] = Vec(mx);
+        t = l[r] - shifts[r];
       }
-      const Vec e = vexp<T, FAST>(l[r] - s);
+      const Vec e = vexp2<T>(t);
       sums[r] = sums[r] + e;
-      for (int64_t c = 0; c < p; ++c) acc(r, c) = at::vec::fmadd(e, Vec::loadu(vt + c * N + j), acc(r, c));
+      if constexpr (P > 0) {
+#pragma GCC unroll 8
+        for (int64_t c = 0; c < P; ++c) acc[r][c] = at::vec::fmadd(e, Vec::loadu(vt + c * N + j), acc[r][c]);
+      } else {
+        for (int64_t c = 0; c < p; ++c)
+          acc_heap[r * p + c] = at::vec::fmadd(e, Vec::loadu(vt + c * N + j), acc_heap[r * p + c]);
+      }
     }
   }
-  for (int64_t r = 0; r < nq; ++r) {
-    const T s = at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, sums[r]);
-    for (int64_t c = 0; c < p; ++c)
-      out[r * out_stride_row + c] =
-          at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc(r, c)) / s;
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < QT; ++r) {
+    if (r >= nq) break;
+    const T s = hsum<T>(sums[r]);
+    if constexpr (P > 0) {
+#pragma GCC unroll 8
+      for (int64_t c = 0; c < P; ++c) out[r * out_stride_row + c] = hsum<T>(acc[r][c]) / s;
+    } else {
+      for (int64_t c = 0; c < p; ++c) out[r * out_stride_row + c] = hsum<T>(acc_heap[r * p + c]) / s;
+    }
   }
 }
 
-template <typename T, bool FAST, int D, int P>
-void run(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& bias, const at::Tensor& vt, at::Tensor& out) {
+// One thread's transposed copy of the keys, offsets and values of one (b, h), kept while the
+// thread's next (b, h) reads the same memory (a broadcast input).
+template <typename T>
+struct Layout {
+  std::vector<T> kt, bias, vt;
+  const T *k = nullptr, *off = nullptr, *v = nullptr;
+  bool valid = false;
+};
+
+template <typename T, int D, int P>
+void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset, double scale,
+         at::Tensor& out) {
+  using Vec = Vectorized<T>;
   const int64_t B = q.size(0), H = q.size(1), m = q.size(2), d = q.size(3);
-  const int64_t N = kt.size(3), p = vt.size(2);
+  const int64_t n = k.size(2), p = v.size(3);
+  const int64_t N = (n + Vec::size() - 1) / Vec::size() * Vec::size();
   constexpr int64_t QT = queries_per_tile<P>();
   const int64_t tiles = (m + QT - 1) / QT;
+  const bool has_offset = offset.defined();
   const T* qp = q.data_ptr<T>();
-  const T* kp = kt.data_ptr<T>();
-  const T* bp = bias.data_ptr<T>();
-  const T* vp = vt.data_ptr<T>();
-  T* op = out.data_ptr<T>();
+  const T* kp = k.data_ptr<T>();
+  const T* vp = v.data_ptr<T>();
+  const T* op = has_offset ? offset.data_ptr<T>() : nullptr;
+  T* outp = out.data_ptr<T>();
+  const T log2_scale = T(scale / std::log(2.0));  // scale·log2(e): the logits in base 2
   at::parallel_for(0, B * H * tiles, 1, [&](int64_t begin, int64_t end) {
+    Layout<T> lay;
+    lay.kt.resize(d * N);
+    lay.bias.resize(N);
+    lay.vt.resize(p * N);
     alignas(64) T qbuf[QT * 64];  // d <= 64
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bh = t / tiles, i0 = (t % tiles) * QT;
       const int64_t b = bh / H, h = bh % H;
       const int64_t nq = std::min(QT, m - i0);
-      const T* qrow = qp + b * q.stride(0) + h * q.stride(1) + i0 * d;
+      const T* ksrc = kp + b * k.stride(0) + h * k.stride(1);
+      const T* vsrc = vp + b * v.stride(0) + h * v.stride(1);
+      const T* osrc = has_offset ? op + b * offset.stride(0) + h * offset.stride(1) : nullptr;
+      if (!lay.valid || ksrc != lay.k || vsrc != lay.v || osrc != lay.off) {
+        const int64_t ks0 = k.stride(2), ks1 = k.stride(3), vs0 = v.stride(2), vs1 = v.stride(3);
+        for (int64_t c = 0; c < d; ++c) {
+          T* row = lay.kt.data() + c * N;
+          for (int64_t j = 0; j < n; ++j) row[j] = ksrc[j * ks0 + c * ks1];
+          std::fill(row + n, row + N, T(0));
+        }
+        for (int64_t c = 0; c < p; ++c) {
+          T* row = lay.vt.data() + c * N;
+          for (int64_t j = 0; j < n; ++j) row[j] = vsrc[j * vs0 + c * vs1];
+          std::fill(row + n, row + N, T(0));
+        }
+        if (has_offset) {
+          const int64_t os = offset.stride(2);
+          for (int64_t j = 0; j < n; ++j) lay.bias[j] = osrc[j * os] * log2_scale;
+        } else {
+          std::fill(lay.bias.begin(), lay.bias.begin() + n, T(0));
+        }
+        std::fill(lay.bias.begin() + n, lay.bias.end(), -std::numeric_limits<T>::infinity());
+        lay.k = ksrc, lay.v = vsrc, lay.off = osrc, lay.valid = true;
+      }
+      const T* qrow = qp + b * q.stride(0) + h * q.stride(1) + i0 * q.stride(2);
       std::fill(qbuf, qbuf + QT * d, T(0));
-      std::copy(qrow, qrow + nq * d, qbuf);
-      tile<T, FAST, D, P>(qbuf, d, kp + b * kt.stride(0) + h * kt.stride(1), bp + b * bias.stride(0) + h * bias.stride(1),
-                       vp + b * vt.stride(0) + h * vt.stride(1), p, N, nq,
-                       op + ((b * H + h) * m + i0) * p, p);
+      for (int64_t r = 0; r < nq; ++r)
+        for (int64_t c = 0; c < d; ++c) qbuf[r * d + c] = qrow[r * q.stride(2) + c * q.stride(3)] * log2_scale;
+      tile<T, D, P>(qbuf, d, lay.kt.data(), lay.bias.data(), lay.vt.data(), p, N, nq,
+                    outp + ((b * H + h) * m + i0) * p, p);
     }
   });
 }
 
-template <typename T, bool FAST, int P>
-void dispatch_d(int64_t d, const at::Tensor& q, const at::Tensor& kt, const at::Tensor& bias, const at::Tensor& vt,
-                at::Tensor& out) {
+template <typename T, int P>
+void dispatch_d(int64_t d, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset,
+                double scale, at::Tensor& out) {
   switch (d) {
-    case 1: return run<T, FAST, 1, P>(q, kt, bias, vt, out);
-    case 2: return run<T, FAST, 2, P>(q, kt, bias, vt, out);
-    case 4: return run<T, FAST, 4, P>(q, kt, bias, vt, out);
-    case 8: return run<T, FAST, 8, P>(q, kt, bias, vt, out);
-    default: return run<T, FAST, 0, P>(q, kt, bias, vt, out);
+    case 1: return run<T, 1, P>(q, k, v, offset, scale, out);
+    case 2: return run<T, 2, P>(q, k, v, offset, scale, out);
+    case 4: return run<T, 4, P>(q, k, v, offset, scale, out);
+    case 8: return run<T, 8, P>(q, k, v, offset, scale, out);
+    default: return run<T, 0, P>(q, k, v, offset, scale, out);
   }
 }
 
-template <typename T, bool FAST>
-void dispatch(int64_t d, int64_t p, const at::Tensor& q, const at::Tensor& kt, const at::Tensor& bias,
-              const at::Tensor& vt, at::Tensor& out) {
+template <typename T>
+void dispatch(int64_t d, int64_t p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+              const at::Tensor& offset, double scale, at::Tensor& out) {
   switch (p) {
-    case 1: return dispatch_d<T, FAST, 1>(d, q, kt, bias, vt, out);
-    case 2: return dispatch_d<T, FAST, 2>(d, q, kt, bias, vt, out);
-    case 4: return dispatch_d<T, FAST, 4>(d, q, kt, bias, vt, out);
-    case 8: return dispatch_d<T, FAST, 8>(d, q, kt, bias, vt, out);
-    default: return dispatch_d<T, FAST, 0>(d, q, kt, bias, vt, out);
+    case 1: return dispatch_d<T, 1>(d, q, k, v, offset, scale, out);
+    case 2: return dispatch_d<T, 2>(d, q, k, v, offset, scale, out);
+    case 4: return dispatch_d<T, 4>(d, q, k, v, offset, scale, out);
+    case 8: return dispatch_d<T, 8>(d, q, k, v, offset, scale, out);
+    default: return dispatch_d<T, 0>(d, q, k, v, offset, scale, out);
   }
 }
 
 }  // namespace
 
-at::Tensor nw_forward(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& bias, const at::Tensor& vt) {
-  TORCH_CHECK(q.dim() == 4 && kt.dim() == 4 && bias.dim() == 3 && vt.dim() == 4, "nw_forward: ranks");
-  TORCH_CHECK(q.size(3) <= 64, "nw_forward: head dimension above 64");
+at::Tensor nw_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const c10::optional<at::Tensor>& offset, double scale) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "nw_forward: q, k, v of rank 4");
+  TORCH_CHECK(q.size(3) == k.size(3) && q.size(3) <= 64, "nw_forward: one head dimension, at most 64");
+  TORCH_CHECK(k.size(2) == v.size(2) && k.size(2) >= 1, "nw_forward: as many values as keys, at least one");
   TORCH_CHECK(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, "nw_forward: float32 or float64");
-  const auto width = q.scalar_type() == at::kFloat ? Vectorized<float>::size() : Vectorized<double>::size();
-  TORCH_CHECK(kt.size(3) % width == 0, "nw_forward: keys not padded to the vector width");
-  for (const at::Tensor* t : {&q, &kt, &bias, &vt}) {
-    TORCH_CHECK(t->scalar_type() == q.scalar_type(), "nw_forward: one dtype");
-    TORCH_CHECK(t->stride(-1) == 1, "nw_forward: last dimension not contiguous");
+  for (int64_t i = 0; i < 2; ++i)
+    TORCH_CHECK(k.size(i) == q.size(i) && v.size(i) == q.size(i), "nw_forward: one (B, H)");
+  at::Tensor off;
+  if (offset.has_value() && offset->defined()) {
+    off = *offset;
+    TORCH_CHECK(off.dim() == 3 && off.size(0) == q.size(0) && off.size(1) == q.size(1) && off.size(2) == k.size(2),
+                "nw_forward: offset (B, H, n)");
+    TORCH_CHECK(off.scalar_type() == q.scalar_type(), "nw_forward: one dtype");
   }
-  TORCH_CHECK(q.stride(2) == q.size(3) && kt.stride(2) == kt.size(3) && vt.stride(2) == vt.size(3),
-              "nw_forward: rows not contiguous");
-  auto out = at::empty({q.size(0), q.size(1), q.size(2), vt.size(2)}, q.options());
-  const int64_t d = q.size(3), p = vt.size(2);
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "nw_forward: one dtype");
+  auto out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
+  const int64_t d = q.size(3), p = v.size(3);
   if (q.scalar_type() == at::kFloat) {
-    dispatch<float, true>(d, p, q, kt, bias, vt, out);
+    dispatch<float>(d, p, q, k, v, off, scale, out);
   } else {
-    dispatch<double, false>(d, p, q, kt, bias, vt, out);
+    dispatch<double>(d, p, q, k, v, off, scale, out);
   }
   return out;
 }
 
-at::Tensor exp_rate(const at::Tensor& x, int64_t repeats, bool fast) {
+at::Tensor exp2_values(const at::Tensor& x) {
+  // nwlib's float32 exp2 (exp2_poly) applied to x: for the accuracy test.
+  using Vec = Vectorized<float>;
+  TORCH_CHECK(x.dim() == 1 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.size(0) % Vec::size() == 0,
+              "exp2_values: contiguous float32 vector, length a multiple of the vector width");
+  auto y = at::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  for (int64_t i = 0; i < x.size(0); i += Vec::size()) exp2_poly(Vec::loadu(xp + i)).store(yp + i);
+  return y;
+}
+
+at::Tensor exp_rate(const at::Tensor& x, int64_t repeats, int64_t which) {
   // The machine's exp throughput on a cache-resident buffer: x (threads, len), float32, one row
   // per thread of ATen's pool; each thread exponentiates its row `repeats` times into its row of
-  // the result (fast: exp_u20, the exp nw_forward uses in float32; otherwise Sleef's 1-ulp exp).
+  // the result. which: 0 Sleef's 1-ulp exp, 1 ATen's exp_u20, 2 nwlib's exp2_poly (the one
+  // nw_forward uses in float32; 2^x, the kernel's logits being in base 2).
   using Vec = Vectorized<float>;
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() &&
                   x.size(1) % Vec::size() == 0,
               "exp_rate: contiguous float32 (threads, len), len a multiple of the vector width");
+  TORCH_CHECK(which >= 0 && which <= 2, "exp_rate: which is 0 (Sleef), 1 (exp_u20) or 2 (exp2_poly)");
   auto y = at::empty_like(x);
   const int64_t len = x.size(1);
   const float* xp = x.data_ptr<float>();
@@ -192,7 +349,9 @@ at::Tensor exp_rate(const at::Tensor& x, int64_t repeats, bool fast) {
       const float* src = xp + row * len;
       float* dst = yp + row * len;
       for (int64_t r = 0; r < repeats; ++r) {
-        if (fast) {
+        if (which == 2) {
+          for (int64_t i = 0; i < len; i += Vec::size()) exp2_poly(Vec::loadu(src + i)).store(dst + i);
+        } else if (which == 1) {
           for (int64_t i = 0; i < len; i += Vec::size()) Vec::loadu(src + i).exp_u20().store(dst + i);
         } else {
           for (int64_t i = 0; i < len; i += Vec::size()) Vec::loadu(src + i).exp().store(dst + i);
@@ -200,5 +359,61 @@ at::Tensor exp_rate(const at::Tensor& x, int64_t repeats, bool fast) {
       }
     }
   });
+  return y;
+}
+
+namespace {
+
+// One thread's share of mix_rate: per vector of its row one exp2_poly and K fused multiply-adds
+// (K - 1 on the loaded vector into independent accumulators, one of the exponential into its own),
+// so that the exponentials and the products are free to overlap as far as the cores allow.
+template <int K>
+float mix_row(const float* src, int64_t len, int64_t repeats) {
+  using Vec = Vectorized<float>;
+  Vec acc[K];
+#pragma GCC unroll 16
+  for (int c = 0; c < K; ++c) acc[c] = Vec(0.0f);
+  const Vec w(0.999f);
+  for (int64_t r = 0; r < repeats; ++r) {
+    for (int64_t i = 0; i < len; i += Vec::size()) {
+      const Vec x = Vec::loadu(src + i);
+      acc[0] = at::vec::fmadd(exp2_poly(x), w, acc[0]);
+#pragma GCC unroll 16
+      for (int c = 1; c < K; ++c) acc[c] = at::vec::fmadd(x, w, acc[c]);
+    }
+  }
+  Vec total = acc[0];
+#pragma GCC unroll 16
+  for (int c = 1; c < K; ++c) total = total + acc[c];
+  return hsum<float>(total);
+}
+
+template <int K>
+void mix_rows(const float* xp, float* yp, int64_t rows, int64_t len, int64_t repeats, int64_t fmas) {
+  if constexpr (K > 16) {
+    TORCH_CHECK(false, "mix_rate: 1 to 16 products per exponential");
+  } else if (fmas == K) {
+    at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) yp[row] = mix_row<K>(xp + row * len, len, repeats);
+    });
+  } else {
+    mix_rows<K + 1>(xp, yp, rows, len, repeats, fmas);
+  }
+}
+
+}  // namespace
+
+at::Tensor mix_rate(const at::Tensor& x, int64_t repeats, int64_t fmas) {
+  // The cores' rate for the fused kernel's arithmetic: x (threads, len) float32, one row per
+  // thread, each element of a row taken `repeats` times through one exp2_poly and `fmas` fused
+  // multiply-adds (2·fmas flops), data in L1 and no other memory traffic. Returns one number per
+  // row (the accumulators' sum, so that nothing is optimised away).
+  using Vec = Vectorized<float>;
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() &&
+                  x.size(1) % Vec::size() == 0,
+              "mix_rate: contiguous float32 (threads, len), len a multiple of the vector width");
+  TORCH_CHECK(fmas >= 1 && fmas <= 16, "mix_rate: 1 to 16 products per exponential");
+  auto y = at::empty({x.size(0)}, x.options());
+  mix_rows<1>(x.data_ptr<float>(), y.data_ptr<float>(), x.size(0), x.size(1), repeats, fmas);
   return y;
 }
