@@ -175,21 +175,27 @@ def test_harness_records_agreement_ratios_and_roofline(kernel):
 def test_harness_records_the_limit():
     from nwlib import _fused
 
-    cfg = _tiny(["sdpa", "gemm", "exp", "exp_l1"])
+    cfg = _tiny(["sdpa", "gemm", "exp", "exp_l1", "exp_l1_exp2", "mix_l1"])
     run.run_config(cfg, rounds=2, rng=random.Random(0))
     r = cfg.results
-    if _fused.module() is None:  # no compiler here: the limit's exp rate is skipped, saying why
-        assert "exp_l1" in r["skipped"] and "limit" not in r
+    if _fused.module() is None:  # no compiler here: the limit's exp rates are skipped, saying why
+        assert {"exp_l1", "exp_l1_exp2", "mix_l1"} <= set(r["skipped"]) and "limit" not in r
         return
     lim, ts = r["limit"], r["methods"]
-    # exps = R H m n, flops = 2 R H m n (d + 1) for scalar responses; the limit is the larger time
+    # exps = R H m n, flops = 2 R H m n (d + 1) for scalar responses; the exp rate is the faster
+    # loop's; the maximum and the sum of the two times; the mix loop does d + 1 products per exp
     assert lim["exps"] == 2 * 2 * 8 * 32 and lim["flops"] == 2 * 2 * 2 * 8 * 32 * (4 + 1)
-    exp_rate = r["exp_l1_count"] / ts["exp_l1"]["median_s"]
+    rates = {loop: r[f"{loop}_count"] / ts[loop]["median_s"] for loop in ("exp_l1", "exp_l1_exp2")}
+    exp_rate = max(rates.values())
+    assert lim["exp_source"] == max(rates, key=rates.__getitem__)
     gemm_rate = r["gemm_flops"] / ts["gemm"]["median_s"]
     assert lim["limit_s"] == pytest.approx(max(lim["exps"] / exp_rate, lim["flops"] / gemm_rate))
     assert lim["limit_sum_s"] == pytest.approx(lim["exps"] / exp_rate + lim["flops"] / gemm_rate)
+    assert r["mix_l1_fmas"] == 4 + 1
+    assert lim["limit_mix_s"] == pytest.approx(lim["exps"] * ts["mix_l1"]["median_s"] / r["mix_l1_count"])
     assert lim["fractions"]["nw"]["fraction"] == pytest.approx(lim["limit_s"] / ts["nw"]["median_s"])
     assert lim["fractions"]["sdpa"]["fraction"] == pytest.approx(lim["limit_s"] / ts["sdpa"]["median_s"])
+    assert lim["fractions"]["nw"]["fraction_of_mix"] == pytest.approx(lim["limit_mix_s"] / ts["nw"]["median_s"])
     assert lim["threads"] == torch.get_num_threads() == r["exp_l1_threads"]
 
 

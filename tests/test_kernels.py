@@ -456,7 +456,9 @@ def test_fused_kernel_reads_strided_and_broadcast_inputs(dtype):
     tol = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12)}[dtype]
     for kernel, logits in (("exp", exp_logits(5**0.25)), ("gaussian", gaussian_logits(0.9))):
         ref = explicit_softmax_nw(q.numpy(), k.contiguous().numpy(), v.contiguous().numpy(), logits)
-        out = nadaraya_watson(q.to(dtype), k.to(dtype), v.to(dtype), kernel=kernel, bandwidth=0.9 if kernel == "gaussian" else None)
+        out = nadaraya_watson(
+            q.to(dtype), k.to(dtype), v.to(dtype), kernel=kernel, bandwidth=0.9 if kernel == "gaussian" else None
+        )
         torch.testing.assert_close(out, torch.from_numpy(ref).to(dtype), **tol)
 
 
