@@ -104,12 +104,22 @@ def applicable(*tensors: Tensor) -> bool:
 
 
 def fused_attention(
-    q: Tensor, k: Tensor, v: Tensor, offset: Tensor | None, batch: torch.Size, scale: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    offset: Tensor | None,
+    batch: torch.Size,
+    scale: float,
+    *,
+    gaussian: bool = False,
 ) -> Tensor | None:
     """softmax(scale·(⟨q, k⟩ + offset(k))) v as (*batch, m, p), or None where SDPA must do it.
 
     ``q`` (*bq, m, d), ``k`` (*bk, n, d), ``v`` (*bv, n, p), ``offset`` (*bk, n) or None, as in
-    ``nwlib.kernels._attention``. They reach the kernel as (B, H, ...) views, broadcast batches
+    ``nwlib.kernels._attention``. ``gaussian``: the Gaussian kernel on the raw inputs, the kernel
+    centring queries and keys on the keys' mean and forming the offset -‖k - c‖²/2 itself
+    (``offset`` None, ``scale`` = 1/h²), which saves the tensor operations of
+    ``nwlib.kernels._scaled_inputs``. They reach the kernel as (B, H, ...) views, broadcast batches
     as stride 0; the kernel lays out the keys, offsets and values of each distinct batch element
     once per thread (transposed, padded to the vector width) and folds the scale into the queries.
     """
@@ -124,6 +134,6 @@ def fused_attention(
     m, n, d, p = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     off = None if offset is None else _batched(offset.unsqueeze(-2), batch, 1, n)[:, :, 0]
     out = mod.nw_forward(
-        _batched(q, batch, m, d), _batched(k, batch, n, d), _batched(v, batch, n, p), off, float(scale)
+        _batched(q, batch, m, d), _batched(k, batch, n, d), _batched(v, batch, n, p), off, float(scale), gaussian
     )
     return out.reshape(*batch, m, p)

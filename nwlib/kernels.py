@@ -210,8 +210,16 @@ def nadaraya_watson(
     if isinstance(bandwidth, Tensor):
         shapes["bandwidth"] = bandwidth.shape  # one bandwidth per batch element broadcasts too
     batch = broadcast_batch(shapes)
-    q, k, offset, scale = _scaled_inputs(queries, keys, kernel, bandwidth)
-    out = _attention(q, k, values, offset, batch, scale)
+    out = None
+    if kernel == "gaussian":
+        # The fused kernel centres and forms the Gaussian offset from the keys it lays out; a
+        # scalar bandwidth only (a tensor one is split over queries and keys below).
+        h = _bandwidth(bandwidth, kernel, queries.shape[-1], queries)
+        if isinstance(h, float):
+            out = _fused.fused_attention(queries, keys, values, None, batch, 1.0 / (h * h), gaussian=True)
+    if out is None:
+        q, k, offset, scale = _scaled_inputs(queries, keys, kernel, bandwidth)
+        out = _attention(q, k, values, offset, batch, scale)
     return out.squeeze(-1) if scalar else out
 
 

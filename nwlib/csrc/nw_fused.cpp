@@ -9,7 +9,8 @@
 // Sleef's 1-ulp exp2.
 //
 // Inputs (built by nwlib/_fused.py as views): q (B, H, m, d), k (B, H, n, d), v (B, H, n, p),
-// offset (B, H, n) or an undefined tensor, of one dtype and any strides (the batch dimensions of
+// offset (B, H, n) or an undefined tensor (or, for the Gaussian kernel, computed from the keys
+// here: gaussian = true), of one dtype and any strides (the batch dimensions of
 // broadcast inputs have stride 0). Each thread copies the keys, offsets and values of the (b, h)
 // it works on into its own buffers, transposed to (d, N), (N,) and (p, N), N the key count
 // padded to the vector width (offset -inf on the padding), once per distinct source: an input
@@ -201,14 +202,14 @@ void tile(const T* q, int64_t d_rt, const T* kt, const T* bias, const T* vt, int
 // thread's next (b, h) reads the same memory (a broadcast input).
 template <typename T>
 struct Layout {
-  std::vector<T> kt, bias, vt;
+  std::vector<T> kt, bias, vt, centre;
   const T *k = nullptr, *off = nullptr, *v = nullptr;
   bool valid = false;
 };
 
 template <typename T, int D, int P>
 void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset, double scale,
-         at::Tensor& out) {
+         bool gaussian, at::Tensor& out) {
   using Vec = Vectorized<T>;
   const int64_t B = q.size(0), H = q.size(1), m = q.size(2), d = q.size(3);
   const int64_t n = k.size(2), p = v.size(3);
@@ -227,6 +228,7 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
     lay.kt.resize(d * N);
     lay.bias.resize(N);
     lay.vt.resize(p * N);
+    lay.centre.assign(d, T(0));
     alignas(64) T qbuf[QT * 64];  // d <= 64
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bh = t / tiles, i0 = (t % tiles) * QT;
@@ -247,7 +249,25 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
           for (int64_t j = 0; j < n; ++j) row[j] = vsrc[j * vs0 + c * vs1];
           std::fill(row + n, row + N, T(0));
         }
-        if (has_offset) {
+        if (gaussian) {
+          // The Gaussian kernel: keys and queries centred on the keys' mean (translation
+          // invariance; it keeps <q, k> and |k|^2 small, which float32 accuracy depends on), and
+          // the offset -|k - c|^2 / 2, computed here rather than by tensor operations on the inputs.
+          for (int64_t c = 0; c < d; ++c) {
+            T* row = lay.kt.data() + c * N;
+            double total = 0.0;
+            for (int64_t j = 0; j < n; ++j) total += row[j];
+            const T centre = T(total / double(n));
+            lay.centre[c] = centre;
+            for (int64_t j = 0; j < n; ++j) row[j] -= centre;
+          }
+          std::fill(lay.bias.begin(), lay.bias.begin() + n, T(0));
+          for (int64_t c = 0; c < d; ++c) {
+            const T* row = lay.kt.data() + c * N;
+            for (int64_t j = 0; j < n; ++j) lay.bias[j] += row[j] * row[j];
+          }
+          for (int64_t j = 0; j < n; ++j) lay.bias[j] *= T(-0.5) * log2_scale;
+        } else if (has_offset) {
           const int64_t os = offset.stride(2);
           for (int64_t j = 0; j < n; ++j) lay.bias[j] = osrc[j * os] * log2_scale;
         } else {
@@ -259,7 +279,8 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
       const T* qrow = qp + b * q.stride(0) + h * q.stride(1) + i0 * q.stride(2);
       std::fill(qbuf, qbuf + QT * d, T(0));
       for (int64_t r = 0; r < nq; ++r)
-        for (int64_t c = 0; c < d; ++c) qbuf[r * d + c] = qrow[r * q.stride(2) + c * q.stride(3)] * log2_scale;
+        for (int64_t c = 0; c < d; ++c)
+          qbuf[r * d + c] = (qrow[r * q.stride(2) + c * q.stride(3)] - lay.centre[c]) * log2_scale;
       tile<T, D, P>(qbuf, d, lay.kt.data(), lay.bias.data(), lay.vt.data(), p, N, nq,
                     outp + ((b * H + h) * m + i0) * p, p);
     }
@@ -268,32 +289,34 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
 
 template <typename T, int P>
 void dispatch_d(int64_t d, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset,
-                double scale, at::Tensor& out) {
+                double scale, bool gaussian, at::Tensor& out) {
   switch (d) {
-    case 1: return run<T, 1, P>(q, k, v, offset, scale, out);
-    case 2: return run<T, 2, P>(q, k, v, offset, scale, out);
-    case 4: return run<T, 4, P>(q, k, v, offset, scale, out);
-    case 8: return run<T, 8, P>(q, k, v, offset, scale, out);
-    default: return run<T, 0, P>(q, k, v, offset, scale, out);
+    case 1: return run<T, 1, P>(q, k, v, offset, scale, gaussian, out);
+    case 2: return run<T, 2, P>(q, k, v, offset, scale, gaussian, out);
+    case 4: return run<T, 4, P>(q, k, v, offset, scale, gaussian, out);
+    case 8: return run<T, 8, P>(q, k, v, offset, scale, gaussian, out);
+    default: return run<T, 0, P>(q, k, v, offset, scale, gaussian, out);
   }
 }
 
 template <typename T>
 void dispatch(int64_t d, int64_t p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-              const at::Tensor& offset, double scale, at::Tensor& out) {
+              const at::Tensor& offset, double scale, bool gaussian, at::Tensor& out) {
   switch (p) {
-    case 1: return dispatch_d<T, 1>(d, q, k, v, offset, scale, out);
-    case 2: return dispatch_d<T, 2>(d, q, k, v, offset, scale, out);
-    case 4: return dispatch_d<T, 4>(d, q, k, v, offset, scale, out);
-    case 8: return dispatch_d<T, 8>(d, q, k, v, offset, scale, out);
-    default: return dispatch_d<T, 0>(d, q, k, v, offset, scale, out);
+    case 1: return dispatch_d<T, 1>(d, q, k, v, offset, scale, gaussian, out);
+    case 2: return dispatch_d<T, 2>(d, q, k, v, offset, scale, gaussian, out);
+    case 4: return dispatch_d<T, 4>(d, q, k, v, offset, scale, gaussian, out);
+    case 8: return dispatch_d<T, 8>(d, q, k, v, offset, scale, gaussian, out);
+    default: return dispatch_d<T, 0>(d, q, k, v, offset, scale, gaussian, out);
   }
 }
 
 }  // namespace
 
 at::Tensor nw_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                      const c10::optional<at::Tensor>& offset, double scale) {
+                      const c10::optional<at::Tensor>& offset, double scale, bool gaussian) {
+  // gaussian: the Gaussian kernel's centring and offset from the keys themselves (offset must be
+  // None); otherwise the logits are scale·(<q, k> + offset).
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "nw_forward: q, k, v of rank 4");
   TORCH_CHECK(q.size(3) == k.size(3) && q.size(3) <= 64, "nw_forward: one head dimension, at most 64");
   TORCH_CHECK(k.size(2) == v.size(2) && k.size(2) >= 1, "nw_forward: as many values as keys, at least one");
@@ -306,14 +329,15 @@ at::Tensor nw_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor
     TORCH_CHECK(off.dim() == 3 && off.size(0) == q.size(0) && off.size(1) == q.size(1) && off.size(2) == k.size(2),
                 "nw_forward: offset (B, H, n)");
     TORCH_CHECK(off.scalar_type() == q.scalar_type(), "nw_forward: one dtype");
+    TORCH_CHECK(!gaussian, "nw_forward: an offset or the Gaussian kernel's own, not both");
   }
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "nw_forward: one dtype");
   auto out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
   const int64_t d = q.size(3), p = v.size(3);
   if (q.scalar_type() == at::kFloat) {
-    dispatch<float>(d, p, q, k, v, off, scale, out);
+    dispatch<float>(d, p, q, k, v, off, scale, gaussian, out);
   } else {
-    dispatch<double>(d, p, q, k, v, off, scale, out);
+    dispatch<double>(d, p, q, k, v, off, scale, gaussian, out);
   }
   return out;
 }
