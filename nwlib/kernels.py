@@ -211,11 +211,12 @@ def nadaraya_watson(
         shapes["bandwidth"] = bandwidth.shape  # one bandwidth per batch element broadcasts too
     batch = broadcast_batch(shapes)
     out = None
-    if kernel == "gaussian":
+    if kernel == "gaussian" and not isinstance(bandwidth, Tensor):
         # The fused kernel centres and forms the Gaussian offset from the keys it lays out; a
-        # scalar bandwidth only (a tensor one is split over queries and keys below).
+        # scalar bandwidth only (a tensor one is split over queries and keys below, and is
+        # validated there, once).
         h = _bandwidth(bandwidth, kernel, queries.shape[-1], queries)
-        if isinstance(h, float):
+        if isinstance(h, float):  # always, for a non-tensor bandwidth; narrows the type
             out = _fused.fused_attention(queries, keys, values, None, batch, 1.0 / (h * h), gaussian=True)
     if out is None:
         q, k, offset, scale = _scaled_inputs(queries, keys, kernel, bandwidth)
