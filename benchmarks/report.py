@@ -172,7 +172,6 @@ _FORMATS: dict[str, dict[str, str]] = {
     "limit": {
         "exp per core (10⁹/s)": "{:.2f}",
         "GEMM (GFLOP/s)": "{:.0f}",
-        "exps (10⁹)": "{:.3f}",
         "GFLOP": "{:.2f}",
         "limit (ms)": "{:.1f}",
         "exp + flop time (ms)": "{:.1f}",
@@ -811,7 +810,11 @@ def limit(cfg: Mapping[str, Any]) -> Limit | None:
 
 
 def limit_table(report: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per configuration that measured the limit: the rates, the work, the limit, nadaraya_watson's fraction."""
+    """One row per configuration that measured the limit: the rates, the work, the limit, nadaraya_watson's fraction.
+
+    Twelve columns, the most a PDF page takes (``book/_ext/latex_glue.py``): the thread count and
+    one call's exponentials, the same in every configuration, are in :func:`limit_values`' sentence.
+    """
     rows = []
     for cfg in report["configs"]:
         lim = limit(cfg)
@@ -821,9 +824,7 @@ def limit_table(report: Mapping[str, Any]) -> pd.DataFrame:
             {
                 "configuration": config_label(cfg),
                 "exp per core (10⁹/s)": lim.exp_rate_per_core / 1e9,
-                "threads": lim.threads,
                 "GEMM (GFLOP/s)": lim.gemm / 1e9,
-                "exps (10⁹)": lim.exps / 1e9,
                 "GFLOP": lim.flops / 1e9,
                 "limit (ms)": lim.limit_s * 1e3,
                 "limited by": lim.limited_by,
