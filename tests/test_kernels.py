@@ -362,7 +362,11 @@ def _fused_available() -> bool:
 
 
 @pytest.mark.parametrize(
-    "m,n,d,p", [(1, 1, 1, 1), (5, 17, 3, 1), (9, 50, 8, 2), (4, 33, 17, 9), (3, 100, 64, 1), (6, 31, 65, 1)]
+    "m,n,d,p",
+    # d and p of the fused kernel's specialisations (1, 2, 4, 8) and of its general path (3),
+    # key counts that leave a last odd vector and query counts that leave a partial tile
+    [(1, 1, 1, 1), (5, 17, 3, 1), (9, 50, 8, 2), (7, 100, 4, 4), (5, 70, 8, 8), (6, 47, 2, 3)]
+    + [(4, 33, 17, 9), (3, 100, 64, 1), (6, 31, 65, 1)],
 )
 @pytest.mark.parametrize("kernel,bandwidth", [("exp", None), ("gaussian", 0.7)])
 def test_cpu_paths_match_explicit_softmax(dtype, tol, kernel, bandwidth, m, n, d, p, monkeypatch):

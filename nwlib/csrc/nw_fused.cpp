@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -114,10 +115,16 @@ inline Vectorized<T> vexp2(const Vectorized<T>& x) {
 template <typename T>
 constexpr T HEADROOM = T(16);
 
-// QT queries per tile: each key vector is loaded once for QT queries; fewer queries per tile
-// where each carries P accumulators, so that they stay in registers.
+// QT queries per tile: each key vector is loaded once for QT queries; two where each carries
+// eight accumulators, so that they stay in registers. Measured side by side (float32, n = 2048,
+// m = 256, 2 threads, Intel Xeon): four queries against two is 1.5x at d = 8, p = 1, and 1.2x at
+// p = 2 and p = 4; two against one 1.2x at p = 8.
 template <int P>
-constexpr int64_t queries_per_tile() { return P == 1 ? 4 : P <= 4 ? 2 : 1; }
+constexpr int64_t queries_per_tile() { return P > 0 && P <= 4 ? 4 : 2; }
+
+// Key vectors per step: two, so that each broadcast query coordinate serves two multiply-adds
+// (4-9 % faster than one at d = 8 in the same measurement); a last odd key vector takes a step of one.
+constexpr int KEY_STEP = 2;
 
 template <typename T, int D, int P>
 void tile(const T* q, int64_t d_rt, const T* kt, const T* bias, const T* vt, int64_t p_rt, int64_t N,
@@ -128,10 +135,10 @@ void tile(const T* q, int64_t d_rt, const T* kt, const T* bias, const T* vt, int
   const int64_t d = D > 0 ? D : d_rt;
   const int64_t p = P > 0 ? P : p_rt;
   constexpr T NEG_INF = -std::numeric_limits<T>::infinity();
-  // P > 0: the accumulators are a fixed-size array that the fully unrolled loops below keep in
-  // registers (no reference to an element escapes); P = 0 (any width): on the heap.
+  // P > 0: the accumulators are a flat fixed-size array that the fully unrolled loops below keep
+  // in registers (as a two-dimensional array GCC kept them on the stack); P = 0 (any width): on the heap.
   constexpr int64_t PS = P > 0 ? P : 1;
-  Vec acc[QT][PS];
+  Vec acc[QT * PS];
   std::vector<Vec> acc_heap(P > 0 ? 0 : QT * p, Vec(T(0)));
   T shift[QT];
   Vec sums[QT], shifts[QT];
@@ -142,56 +149,75 @@ void tile(const T* q, int64_t d_rt, const T* kt, const T* bias, const T* vt, int
     shifts[r] = Vec(NEG_INF);
     sums[r] = Vec(T(0));
 #pragma GCC unroll 8
-    for (int64_t c = 0; c < PS; ++c) acc[r][c] = Vec(T(0));
+    for (int64_t c = 0; c < PS; ++c) acc[r * PS + c] = Vec(T(0));
   }
-  for (int64_t j = 0; j < N; j += W) {
-    const Vec b = Vec::loadu(bias + j);
-    Vec l[QT];
+  // U key vectors from j0 on: their logits for the QT queries, then each one's weights.
+  auto step = [&](auto key_vectors, int64_t j0) {
+    constexpr int U = decltype(key_vectors)::value;
+    Vec l[U][QT];
 #pragma GCC unroll 8
-    for (int64_t r = 0; r < QT; ++r) l[r] = b;
+    for (int u = 0; u < U; ++u) {
+      const Vec b = Vec::loadu(bias + j0 + u * W);
+#pragma GCC unroll 8
+      for (int64_t r = 0; r < QT; ++r) l[u][r] = b;
+    }
 #pragma GCC unroll 8
     for (int64_t c = 0; c < d; ++c) {
-      const Vec kv = Vec::loadu(kt + c * N + j);
+      Vec kv[U];
 #pragma GCC unroll 8
-      for (int64_t r = 0; r < QT; ++r) l[r] = at::vec::fmadd(Vec(q[r * d + c]), kv, l[r]);
+      for (int u = 0; u < U; ++u) kv[u] = Vec::loadu(kt + c * N + j0 + u * W);
+#pragma GCC unroll 8
+      for (int64_t r = 0; r < QT; ++r) {
+        const Vec qb(q[r * d + c]);
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) l[u][r] = at::vec::fmadd(qb, kv[u], l[u][r]);
+      }
     }
 #pragma GCC unroll 8
-    for (int64_t r = 0; r < QT; ++r) {
-      Vec t = l[r] - shifts[r];
-      if (C10_UNLIKELY(any_above(t, headroom))) {
-        const T mx = hmax<T>(l[r]);
-        if (shift[r] != NEG_INF) {
-          const Vec alpha = Vec(std::exp2(shift[r] - mx));
-          sums[r] = sums[r] * alpha;
-          if constexpr (P > 0) {
+    for (int u = 0; u < U; ++u) {
+      const int64_t j = j0 + u * W;
 #pragma GCC unroll 8
-            for (int64_t c = 0; c < P; ++c) acc[r][c] = acc[r][c] * alpha;
-          } else {
-            for (int64_t c = 0; c < p; ++c) acc_heap[r * p + c] = acc_heap[r * p + c] * alpha;
+      for (int64_t r = 0; r < QT; ++r) {
+        Vec t = l[u][r] - shifts[r];
+        if (C10_UNLIKELY(any_above(t, headroom))) {
+          const T mx = hmax<T>(l[u][r]);
+          if (shift[r] != NEG_INF) {
+            const Vec alpha = Vec(std::exp2(shift[r] - mx));
+            sums[r] = sums[r] * alpha;
+            if constexpr (P > 0) {
+#pragma GCC unroll 8
+              for (int64_t c = 0; c < P; ++c) acc[r * PS + c] = acc[r * PS + c] * alpha;
+            } else {
+              for (int64_t c = 0; c < p; ++c) acc_heap[r * p + c] = acc_heap[r * p + c] * alpha;
+            }
           }
+          shift[r] = mx;
+          shifts[r] = Vec(mx);
+          t = l[u][r] - shifts[r];
         }
-        shift[r] = mx;
-        shifts[r] = Vec(mx);
-        t = l[r] - shifts[r];
-      }
-      const Vec e = vexp2<T>(t);
-      sums[r] = sums[r] + e;
-      if constexpr (P > 0) {
+        const Vec e = vexp2<T>(t);
+        sums[r] = sums[r] + e;
+        if constexpr (P > 0) {
 #pragma GCC unroll 8
-        for (int64_t c = 0; c < P; ++c) acc[r][c] = at::vec::fmadd(e, Vec::loadu(vt + c * N + j), acc[r][c]);
-      } else {
-        for (int64_t c = 0; c < p; ++c)
-          acc_heap[r * p + c] = at::vec::fmadd(e, Vec::loadu(vt + c * N + j), acc_heap[r * p + c]);
+          for (int64_t c = 0; c < P; ++c)
+            acc[r * PS + c] = at::vec::fmadd(e, Vec::loadu(vt + c * N + j), acc[r * PS + c]);
+        } else {
+          for (int64_t c = 0; c < p; ++c)
+            acc_heap[r * p + c] = at::vec::fmadd(e, Vec::loadu(vt + c * N + j), acc_heap[r * p + c]);
+        }
       }
     }
-  }
+  };
+  int64_t j0 = 0;
+  for (; j0 + KEY_STEP * W <= N; j0 += KEY_STEP * W) step(std::integral_constant<int, KEY_STEP>{}, j0);
+  for (; j0 < N; j0 += W) step(std::integral_constant<int, 1>{}, j0);
 #pragma GCC unroll 8
   for (int64_t r = 0; r < QT; ++r) {
     if (r >= nq) break;
     const T s = hsum<T>(sums[r]);
     if constexpr (P > 0) {
 #pragma GCC unroll 8
-      for (int64_t c = 0; c < P; ++c) out[r * out_stride_row + c] = hsum<T>(acc[r][c]) / s;
+      for (int64_t c = 0; c < P; ++c) out[r * out_stride_row + c] = hsum<T>(acc[r * PS + c]) / s;
     } else {
       for (int64_t c = 0; c < p; ++c) out[r * out_stride_row + c] = hsum<T>(acc_heap[r * p + c]) / s;
     }
