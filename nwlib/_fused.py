@@ -2,7 +2,8 @@
 
 ``nwlib/csrc/nw_fused.cpp`` computes softmax(⟨q, k⟩·scale + bias) v in one pass over the keys,
 on every thread of ATen's pool, with its logits in base 2 and its own vectorised exp2 in float32
-(a degree-5 polynomial, within 2 ulp; Sleef's 1-ulp exp2 in float64), specialised for the book's
+(a degree-5 polynomial, within 2 ulp; Sleef's 1-ulp exp2 in float64), a scale per batch element
+where the bandwidth is a tensor, specialised for the book's
 shapes: small head dimensions and one or a few value columns, many replicates × heads. The
 limits below were chosen by measuring an earlier, single-threaded build against SDPA (float32,
 n = 2048, m = 256): 1.2-7× faster for d ≤ 8 with scalar values, 1.7-2.9× with p = d ≤ 8,
@@ -109,14 +110,16 @@ def fused_attention(
     v: Tensor,
     offset: Tensor | None,
     batch: torch.Size,
-    scale: float,
+    scale: float | Tensor,
     *,
     gaussian: bool = False,
 ) -> Tensor | None:
     """softmax(scale·(⟨q, k⟩ + offset(k))) v as (*batch, m, p), or None where SDPA must do it.
 
     ``q`` (*bq, m, d), ``k`` (*bk, n, d), ``v`` (*bv, n, p), ``offset`` (*bk, n) or None, as in
-    ``nwlib.kernels._attention``. ``gaussian``: the Gaussian kernel on the raw inputs, the kernel
+    ``nwlib.kernels._attention``. ``scale``: a number, or a tensor (*bs) broadcasting to
+    ``batch`` (one scale per batch element, a bandwidth per head: 1/h²), which the kernel applies
+    per (B, H) instead of rescaled copies of the inputs. ``gaussian``: the Gaussian kernel on the raw inputs, the kernel
     centring queries and keys on the keys' mean and forming the offset -‖k - c‖²/2 itself
     (``offset`` None, ``scale`` = 1/h²), which saves the tensor operations of
     ``nwlib.kernels._scaled_inputs``. They reach the kernel as (B, H, ...) views, broadcast batches
@@ -124,6 +127,8 @@ def fused_attention(
     once per thread (transposed, padded to the vector width) and folds the scale into the queries.
     """
     tensors = (q, k, v) if offset is None else (q, k, v, offset)
+    if isinstance(scale, Tensor):
+        tensors = (*tensors, scale)
     if not applicable(*tensors):
         return None
     mod = module()
@@ -133,7 +138,9 @@ def fused_attention(
 
     m, n, d, p = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     off = None if offset is None else _batched(offset.unsqueeze(-2), batch, 1, n)[:, :, 0]
+    scales = _batched(scale[..., None, None], batch, 1, 1)[:, :, 0, 0] if isinstance(scale, Tensor) else None
+    number = 1.0 if isinstance(scale, Tensor) else float(scale)
     out = mod.nw_forward(
-        _batched(q, batch, m, d), _batched(k, batch, n, d), _batched(v, batch, n, p), off, float(scale), gaussian
+        _batched(q, batch, m, d), _batched(k, batch, n, d), _batched(v, batch, n, p), off, number, scales, gaussian
     )
     return out.reshape(*batch, m, p)

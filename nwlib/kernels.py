@@ -120,7 +120,13 @@ def _scaled_inputs(
     The offset has the shape of ``keys`` less its last dimension (None for ``"exp"``);
     SDPA takes it as the additive mask ``scale · offset``.
     """
-    h = _bandwidth(bandwidth, kernel, queries.shape[-1], queries)
+    return _scaled_by(queries, keys, kernel, _bandwidth(bandwidth, kernel, queries.shape[-1], queries))
+
+
+def _scaled_by(
+    queries: Tensor, keys: Tensor, kernel: str, h: float | Tensor
+) -> tuple[Tensor, Tensor, Tensor | None, float]:
+    """:func:`_scaled_inputs` for a bandwidth already checked by :func:`_bandwidth`."""
     if kernel == "gaussian":
         # The Gaussian kernel is translation invariant; centring on the key mean keeps
         # ⟨q, k⟩ and ‖k‖² small, which is what float32 accuracy depends on.
@@ -171,9 +177,10 @@ def nadaraya_watson(
         ``scaled_dot_product_attention``. Required for ``"gaussian"``.
 
         A Python number is passed to the attention kernel as its scale. A tensor
-        (0-dim included) rescales the inputs instead, so the result is
-        differentiable with respect to it and ``torch.func.vmap`` can batch over
-        it. Its values are checked only where that is free, on a plain CPU
+        (0-dim included) stays a tensor, so the result is differentiable with
+        respect to it and ``torch.func.vmap`` can batch over it: the fused CPU
+        kernel takes it as one scale per batch element (no gradient needed), and
+        otherwise the inputs are rescaled by it for SDPA. Its values are checked only where that is free, on a plain CPU
         tensor: on an accelerator (the check would wait for the device) and
         under ``torch.func`` transforms they are not checked, and an invalid
         bandwidth gives an invalid result instead of an error (NaN for zero;
@@ -210,16 +217,17 @@ def nadaraya_watson(
     if isinstance(bandwidth, Tensor):
         shapes["bandwidth"] = bandwidth.shape  # one bandwidth per batch element broadcasts too
     batch = broadcast_batch(shapes)
+    h = _bandwidth(bandwidth, kernel, queries.shape[-1], queries)
     out = None
-    if kernel == "gaussian" and not isinstance(bandwidth, Tensor):
-        # The fused kernel centres and forms the Gaussian offset from the keys it lays out; a
-        # scalar bandwidth only (a tensor one is split over queries and keys below, and is
-        # validated there, once).
-        h = _bandwidth(bandwidth, kernel, queries.shape[-1], queries)
-        if isinstance(h, float):  # always, for a non-tensor bandwidth; narrows the type
-            out = _fused.fused_attention(queries, keys, values, None, batch, 1.0 / (h * h), gaussian=True)
+    if kernel == "gaussian" or isinstance(h, Tensor):
+        # The fused kernel takes the raw inputs: it centres the keys and forms the Gaussian offset
+        # while laying them out, and takes a bandwidth tensor as one scale per (batch, head), so
+        # that no rescaled copies of the inputs are made. Where it does not apply, the inputs are
+        # rescaled below for SDPA (and differentiated through there).
+        scale = 1.0 / (h * h) if isinstance(h, float) else h[..., 0, 0].reciprocal().square()
+        out = _fused.fused_attention(queries, keys, values, None, batch, scale, gaussian=kernel == "gaussian")
     if out is None:
-        q, k, offset, scale = _scaled_inputs(queries, keys, kernel, bandwidth)
+        q, k, offset, scale = _scaled_by(queries, keys, kernel, h)
         out = _attention(q, k, values, offset, batch, scale)
     return out.squeeze(-1) if scalar else out
 

@@ -466,6 +466,41 @@ def test_fused_kernel_reads_strided_and_broadcast_inputs(dtype):
         torch.testing.assert_close(out, torch.from_numpy(ref).to(dtype), **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kernel", ["exp", "gaussian"])
+def test_fused_kernel_takes_a_bandwidth_per_head(dtype, kernel, monkeypatch):
+    # As nwlib.simulate calls it: keys and values shared by the heads (stride 0), queries shared
+    # by the replicates, one bandwidth per head. The kernel lays out a shared key block once per
+    # thread, so a head with another bandwidth (another Gaussian offset) must be laid out anew.
+    from nwlib import _fused
+
+    if not _fused_available():
+        pytest.skip(f"fused kernel not built here: {_fused.STATE['error']}")
+    gen = torch.Generator().manual_seed(11)
+    R, H, m, n, d = 3, 4, 6, 70, 2
+    q = torch.randn(H, m, d, generator=gen, dtype=torch.float64)
+    k = torch.randn(R, 1, n, d, generator=gen, dtype=torch.float64)
+    v = torch.randn(R, 1, n, generator=gen, dtype=torch.float64)
+    h = torch.tensor([0.3, 0.6, 1.2, 2.4], dtype=torch.float64)
+    logits = (exp_logits if kernel == "exp" else gaussian_logits)(h.numpy()[:, None, None])
+    ref = explicit_softmax_nw(
+        np.broadcast_to(q.numpy(), (R, H, m, d)), np.broadcast_to(k.numpy(), (R, H, n, d)), v.numpy()[..., None], logits
+    )
+    calls = []
+    original = _fused.module
+
+    def counting():
+        calls.append(1)
+        return original()
+
+    monkeypatch.setattr(_fused, "module", counting)
+    shared_k, shared_v = k.to(dtype).expand(R, H, n, d), v.to(dtype).expand(R, H, n)  # views, stride 0
+    out = nadaraya_watson(q.to(dtype), shared_k, shared_v, kernel=kernel, bandwidth=h.to(dtype))
+    assert calls, "a bandwidth tensor without autograd must reach the fused kernel"
+    tol = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12)}[dtype]
+    torch.testing.assert_close(out, torch.from_numpy(ref[..., 0]).to(dtype), **tol)
+
+
 def test_fused_kernel_gives_the_same_bits_on_any_thread_count():
     # Each query's sums stay within one thread (tiles of queries are split, never keys), so the
     # estimate does not depend on how many threads share the call.

@@ -6,7 +6,8 @@
 // The logits are formed in base 2: the queries and the offsets carry scale·log2(e), so that the
 // weights are 2^(logit - shift) and the exponential costs no multiply. float32 uses nwlib's own
 // exp2 (exp2_poly below: a degree-5 polynomial and an exponent scaling, within 2 ulp), float64
-// Sleef's 1-ulp exp2.
+// Sleef's 1-ulp exp2. The scale is one number, or one per (b, h) (a bandwidth per head), applied
+// here rather than to copies of the inputs.
 //
 // Inputs (built by nwlib/_fused.py as views): q (B, H, m, d), k (B, H, n, d), v (B, H, n, p),
 // offset (B, H, n) or an undefined tensor (or, for the Gaussian kernel, computed from the keys
@@ -230,12 +231,13 @@ template <typename T>
 struct Layout {
   std::vector<T> kt, bias, vt, centre;
   const T *k = nullptr, *off = nullptr, *v = nullptr;
+  T scale = T(0);  // the bias carries the scale: a (b, h) of another scale is laid out anew
   bool valid = false;
 };
 
 template <typename T, int D, int P>
 void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset, double scale,
-         bool gaussian, at::Tensor& out) {
+         const at::Tensor& scales, bool gaussian, at::Tensor& out) {
   using Vec = Vectorized<T>;
   const int64_t B = q.size(0), H = q.size(1), m = q.size(2), d = q.size(3);
   const int64_t n = k.size(2), p = v.size(3);
@@ -248,7 +250,8 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
   const T* vp = v.data_ptr<T>();
   const T* op = has_offset ? offset.data_ptr<T>() : nullptr;
   T* outp = out.data_ptr<T>();
-  const T log2_scale = T(scale / std::log(2.0));  // scale·log2(e): the logits in base 2
+  const bool per_bh = scales.defined();
+  const T* sp = per_bh ? scales.data_ptr<T>() : nullptr;
   at::parallel_for(0, B * H * tiles, 1, [&](int64_t begin, int64_t end) {
     Layout<T> lay;
     lay.kt.resize(d * N);
@@ -263,7 +266,10 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
       const T* ksrc = kp + b * k.stride(0) + h * k.stride(1);
       const T* vsrc = vp + b * v.stride(0) + h * v.stride(1);
       const T* osrc = has_offset ? op + b * offset.stride(0) + h * offset.stride(1) : nullptr;
-      if (!lay.valid || ksrc != lay.k || vsrc != lay.v || osrc != lay.off) {
+      // scale·log2(e): the logits in base 2, from the one scale or this (b, h)'s
+      const double bh_scale = per_bh ? double(sp[b * scales.stride(0) + h * scales.stride(1)]) : scale;
+      const T log2_scale = T(bh_scale / std::log(2.0));
+      if (!lay.valid || ksrc != lay.k || vsrc != lay.v || osrc != lay.off || log2_scale != lay.scale) {
         const int64_t ks0 = k.stride(2), ks1 = k.stride(3), vs0 = v.stride(2), vs1 = v.stride(3);
         for (int64_t c = 0; c < d; ++c) {
           T* row = lay.kt.data() + c * N;
@@ -300,7 +306,7 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
           std::fill(lay.bias.begin(), lay.bias.begin() + n, T(0));
         }
         std::fill(lay.bias.begin() + n, lay.bias.end(), -std::numeric_limits<T>::infinity());
-        lay.k = ksrc, lay.v = vsrc, lay.off = osrc, lay.valid = true;
+        lay.k = ksrc, lay.v = vsrc, lay.off = osrc, lay.scale = log2_scale, lay.valid = true;
       }
       const T* qrow = qp + b * q.stride(0) + h * q.stride(1) + i0 * q.stride(2);
       std::fill(qbuf, qbuf + QT * d, T(0));
@@ -315,34 +321,36 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
 
 template <typename T, int P>
 void dispatch_d(int64_t d, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& offset,
-                double scale, bool gaussian, at::Tensor& out) {
+                double scale, const at::Tensor& scales, bool gaussian, at::Tensor& out) {
   switch (d) {
-    case 1: return run<T, 1, P>(q, k, v, offset, scale, gaussian, out);
-    case 2: return run<T, 2, P>(q, k, v, offset, scale, gaussian, out);
-    case 4: return run<T, 4, P>(q, k, v, offset, scale, gaussian, out);
-    case 8: return run<T, 8, P>(q, k, v, offset, scale, gaussian, out);
-    default: return run<T, 0, P>(q, k, v, offset, scale, gaussian, out);
+    case 1: return run<T, 1, P>(q, k, v, offset, scale, scales, gaussian, out);
+    case 2: return run<T, 2, P>(q, k, v, offset, scale, scales, gaussian, out);
+    case 4: return run<T, 4, P>(q, k, v, offset, scale, scales, gaussian, out);
+    case 8: return run<T, 8, P>(q, k, v, offset, scale, scales, gaussian, out);
+    default: return run<T, 0, P>(q, k, v, offset, scale, scales, gaussian, out);
   }
 }
 
 template <typename T>
 void dispatch(int64_t d, int64_t p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-              const at::Tensor& offset, double scale, bool gaussian, at::Tensor& out) {
+              const at::Tensor& offset, double scale, const at::Tensor& scales, bool gaussian, at::Tensor& out) {
   switch (p) {
-    case 1: return dispatch_d<T, 1>(d, q, k, v, offset, scale, gaussian, out);
-    case 2: return dispatch_d<T, 2>(d, q, k, v, offset, scale, gaussian, out);
-    case 4: return dispatch_d<T, 4>(d, q, k, v, offset, scale, gaussian, out);
-    case 8: return dispatch_d<T, 8>(d, q, k, v, offset, scale, gaussian, out);
-    default: return dispatch_d<T, 0>(d, q, k, v, offset, scale, gaussian, out);
+    case 1: return dispatch_d<T, 1>(d, q, k, v, offset, scale, scales, gaussian, out);
+    case 2: return dispatch_d<T, 2>(d, q, k, v, offset, scale, scales, gaussian, out);
+    case 4: return dispatch_d<T, 4>(d, q, k, v, offset, scale, scales, gaussian, out);
+    case 8: return dispatch_d<T, 8>(d, q, k, v, offset, scale, scales, gaussian, out);
+    default: return dispatch_d<T, 0>(d, q, k, v, offset, scale, scales, gaussian, out);
   }
 }
 
 }  // namespace
 
 at::Tensor nw_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                      const c10::optional<at::Tensor>& offset, double scale, bool gaussian) {
+                      const c10::optional<at::Tensor>& offset, double scale,
+                      const c10::optional<at::Tensor>& scales, bool gaussian) {
   // gaussian: the Gaussian kernel's centring and offset from the keys themselves (offset must be
-  // None); otherwise the logits are scale·(<q, k> + offset).
+  // None); otherwise the logits are scale·(<q, k> + offset). scales (B, H), any strides: one
+  // scale per (b, h) in place of `scale` (a bandwidth per head).
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "nw_forward: q, k, v of rank 4");
   TORCH_CHECK(q.size(3) == k.size(3) && q.size(3) <= 64, "nw_forward: one head dimension, at most 64");
   TORCH_CHECK(k.size(2) == v.size(2) && k.size(2) >= 1, "nw_forward: as many values as keys, at least one");
@@ -358,12 +366,18 @@ at::Tensor nw_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor
     TORCH_CHECK(!gaussian, "nw_forward: an offset or the Gaussian kernel's own, not both");
   }
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "nw_forward: one dtype");
+  at::Tensor sc;
+  if (scales.has_value() && scales->defined()) {
+    sc = *scales;
+    TORCH_CHECK(sc.dim() == 2 && sc.size(0) == q.size(0) && sc.size(1) == q.size(1), "nw_forward: scales (B, H)");
+    TORCH_CHECK(sc.scalar_type() == q.scalar_type(), "nw_forward: one dtype");
+  }
   auto out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
   const int64_t d = q.size(3), p = v.size(3);
   if (q.scalar_type() == at::kFloat) {
-    dispatch<float>(d, p, q, k, v, off, scale, gaussian, out);
+    dispatch<float>(d, p, q, k, v, off, scale, sc, gaussian, out);
   } else {
-    dispatch<double>(d, p, q, k, v, off, scale, gaussian, out);
+    dispatch<double>(d, p, q, k, v, off, scale, sc, gaussian, out);
   }
   return out;
 }
