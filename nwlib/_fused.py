@@ -2,8 +2,9 @@
 
 ``nwlib/csrc/nw_fused.cpp`` computes softmax(⟨q, k⟩·scale + bias) v in one pass over the keys,
 on every thread of ATen's pool, with its logits in base 2 and its own vectorised exp2 in float32
-(a degree-5 polynomial, within 2 ulp; Sleef's 1-ulp exp2 in float64), a scale per batch element
-where the bandwidth is a tensor, specialised for the book's
+(a degree-5 polynomial, within 2 ulp; Sleef's 1-ulp exp2 in float64; weights below 2^-64 of the
+running maximum, 2^-256 in float64, are set to 0, so that small bandwidths cost no arithmetic on
+subnormal numbers), a scale per batch element where the bandwidth is a tensor, specialised for the book's
 shapes: small head dimensions and one or a few value columns, many replicates × heads. The
 limits below were chosen by measuring an earlier, single-threaded build against SDPA (float32,
 n = 2048, m = 256): 1.2-7× faster for d ≤ 8 with scalar values, 1.7-2.9× with p = d ≤ 8,

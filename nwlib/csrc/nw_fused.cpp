@@ -6,8 +6,9 @@
 // The logits are formed in base 2: the queries and the offsets carry scale·log2(e), so that the
 // weights are 2^(logit - shift) and the exponential costs no multiply. float32 uses nwlib's own
 // exp2 (exp2_poly below: a degree-5 polynomial and an exponent scaling, within 2 ulp), float64
-// Sleef's 1-ulp exp2. The scale is one number, or one per (b, h) (a bandwidth per head), applied
-// here rather than to copies of the inputs.
+// Sleef's 1-ulp exp2; both set weights below 2^CUTOFF of the running maximum to 0, so that no
+// arithmetic is done on subnormal numbers. The scale is one number, or one per (b, h) (a
+// bandwidth per head), applied here rather than to copies of the inputs.
 //
 // Inputs (built by nwlib/_fused.py as views): q (B, H, m, d), k (B, H, n, d), v (B, H, n, p),
 // offset (B, H, n) or an undefined tensor (or, for the Gaussian kernel, computed from the keys
@@ -49,16 +50,6 @@ inline bool any_above(const Vectorized<double>& x, const Vectorized<double>& t) 
 #error "nw_fused.cpp is built for AVX2 or AVX-512 only (nwlib/_fused.py)"
 #endif
 
-// max(x, c) without at::vec::maximum's NaN propagation (three more instructions, which made the
-// exp2 loop several times slower on the Xeon measured): the arguments here are never NaN.
-inline Vectorized<float> clamp_below(const Vectorized<float>& x, float c) {
-#if defined(CPU_CAPABILITY_AVX512)
-  return _mm512_max_ps(x, _mm512_set1_ps(c));
-#else
-  return _mm256_max_ps(x, _mm256_set1_ps(c));
-#endif
-}
-
 // The horizontal maximum and sum of a vector (a copy: the vectors of the tile stay in registers).
 template <typename T>
 inline T hmax(Vectorized<T> x) {
@@ -71,21 +62,25 @@ inline T hsum(Vectorized<T> x) {
   return at::vec::vec_reduce_all<T>([](Vec& a, Vec& b) { return a + b; }, x);
 }
 
-// 2^t for t <= 128 in float32: t = n + f with n an integer and |f| <= 1/2, 2^f by a degree-5
-// polynomial (coefficients fitted to the relative error of 2^f on [-1/2, 1/2] by iteratively
-// reweighted least squares; 1.9e-7 relative in float32 arithmetic, tests/test_kernels.py), 2^n
-// put into the exponent. Arguments are clamped below at CLAMP, where 2^n rounds (AVX-512's
-// scalef) or is set (AVX2's exponent field of zero) to 0, so -inf (the padding) gives exactly 0
-// and every t below -126 at most the smallest normal number, nothing next to a sum of at least 1. Nine or twelve vector operations, against about nineteen for ATen's exp_u20.
-inline Vectorized<float> exp2_poly(const Vectorized<float>& x) {
+// Weights below 2^CUTOFF<T> (relative to the running maximum, whose own weight, at least 1, is
+// in the sum) are set to exactly 0. Without the cut, small bandwidths make many weights and their
+// products with the values subnormal, and every arithmetic operation on a subnormal number takes
+// a microcode assist: 3.4x slower at the Scott bandwidth of the engine benchmark, 27x at h = 0.2,
+// on the Intel Xeon measured (one thread, flushing subnormals to zero removed the difference).
+// What is cut is at most n·2^CUTOFF of the sum: 2^-40 relative for n = 2^24 keys in float32.
+// The weights kept are at least 2^-64 in float32, so their products with values |v| >= 2^-62 are normal.
+template <typename T>
+constexpr T CUTOFF = std::is_same_v<T, float> ? T(-64) : T(-256);
+
+// 2^t in float32 for t <= 128, exactly 0 for t < CUTOFF (-inf, the padding, included): t = n + f
+// with n an integer and |f| <= 1/2, 2^f by a degree-5 polynomial (coefficients fitted to the
+// relative error of 2^f on [-1/2, 1/2] by iteratively reweighted least squares; 1.9e-7 relative
+// in float32 arithmetic, tests/test_kernels.py), 2^n put into the exponent (AVX-512's scalef,
+// zero-masked below the cutoff; AVX2: the exponent field, and-ed with the cutoff's mask). Nine
+// (AVX-512) or thirteen (AVX2) vector operations, against about nineteen for ATen's exp_u20.
+inline Vectorized<float> exp2_poly(const Vectorized<float>& t) {
   using Vec = Vectorized<float>;
-#if defined(CPU_CAPABILITY_AVX512)
-  constexpr float CLAMP = -150.0f;  // 2^-150 is half the smallest subnormal: scalef rounds it to 0
-#else
-  constexpr float CLAMP = -127.0f;  // exponent field 0: (n + 127) << 23 is the bit pattern of 0
-#endif
-  const Vec t = clamp_below(x, CLAMP);
-  const Vec n = t.round();
+  const Vec n = t.round();  // -inf: n = -inf and f = NaN, a lane the mask sets to 0
   const Vec f = t - n;
   Vec p = Vec(0.001326472731307149f);
   p = at::vec::fmadd(p, f, Vec(0.009671512991189957f));
@@ -94,10 +89,22 @@ inline Vectorized<float> exp2_poly(const Vectorized<float>& x) {
   p = at::vec::fmadd(p, f, Vec(0.6931470036506653f));
   p = at::vec::fmadd(p, f, Vec(1.0f));
 #if defined(CPU_CAPABILITY_AVX512)
-  return _mm512_scalef_ps(p, n);
+  const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(CUTOFF<float>), _CMP_GE_OQ);
+  return _mm512_maskz_scalef_ps(keep, p, n);
 #else
+  const __m256 keep = _mm256_cmp_ps(t, _mm256_set1_ps(CUTOFF<float>), _CMP_GE_OQ);
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return p * Vec(_mm256_castsi256_ps(e));
+  return _mm256_and_ps(p * Vec(_mm256_castsi256_ps(e)), keep);
+#endif
+}
+
+// float64: Sleef's 1-ulp exp2, 0 below the cutoff.
+inline Vectorized<double> exp2_cut(const Vectorized<double>& t) {
+  const Vectorized<double> e = t.exp2();
+#if defined(CPU_CAPABILITY_AVX512)
+  return _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(t, _mm512_set1_pd(CUTOFF<double>), _CMP_GE_OQ), e);
+#else
+  return _mm256_and_pd(e, _mm256_cmp_pd(t, _mm256_set1_pd(CUTOFF<double>), _CMP_GE_OQ));
 #endif
 }
 
@@ -106,7 +113,7 @@ inline Vectorized<T> vexp2(const Vectorized<T>& x) {
   if constexpr (std::is_same_v<T, float>) {
     return exp2_poly(x);
   } else {
-    return x.exp2();
+    return exp2_cut(x);
   }
 }
 
