@@ -87,6 +87,7 @@ __all__ = [
     "TEMPERATURES",
     "AttentionHeads",
     "Contest",
+    "first_least",
     "CosineHeads",
     "Design",
     "Evaluation",
@@ -2310,6 +2311,33 @@ class Contest:
     """The HDI of the other winner."""
 
 
+def first_least(values: Mapping[str, float], dtype: torch.dtype) -> str:
+    """The first key, in order, whose value is the least up to floating-point rounding.
+
+    One head configuration can be reached by two parametrisations of the pool (for example a path's
+    end point and a point of the two-angle surface): their MSEs are equal in exact arithmetic and
+    differ by rounding, which another instruction set or kernel can reverse. Values within
+    :func:`nwlib.evidence.fp_tolerance` of the least count as tied, and the first of them is taken,
+    so the name chosen does not depend on the machine.
+
+    Parameters
+    ----------
+    values : Mapping of str to float
+        Name → value (an MSE), in the order ties are broken.
+    dtype : torch.dtype
+        The dtype the values were computed in.
+
+    Returns
+    -------
+    str
+    """
+    if not values:
+        raise ValueError("values must hold at least one entry")
+    low = min(values.values())
+    tol = _fp_tolerance(dtype, scale=abs(low))
+    return next(k for k, v in values.items() if v <= low + tol)
+
+
 def best_family_contest(
     design: Design,
     orthogonal: Mapping[str, tuple[Tensor, FamilyRun]],
@@ -2342,8 +2370,8 @@ def best_family_contest(
     weights = require_choice(weights, "weights", ("uniform", "ls"))
     if not orthogonal or not pool:
         raise ValueError("orthogonal and pool must each hold at least one family")
-    best_o = min(orthogonal, key=lambda k: orthogonal[k][1][weights].row["MSE"])
-    best_n = min(pool, key=lambda k: pool[k][1][weights].row["MSE"])
+    best_o = first_least({k: float(v[1][weights].row["MSE"]) for k, v in orthogonal.items()}, design.dtype)
+    best_n = first_least({k: float(v[1][weights].row["MSE"]) for k, v in pool.items()}, design.dtype)
     run_o, run_n = (
         r[weights]
         for r in run_families(

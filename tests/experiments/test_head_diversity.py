@@ -511,6 +511,17 @@ def test_non_orthogonal_pool_and_the_contest():
         hd.best_family_contest(design, orthogonal, pool, "fitted")
 
 
+def test_first_least_breaks_rounding_ties_by_order():
+    # a rounding-level difference (1e-15 relative, inside fp_tolerance(float64) = 2.3e-13) is a tie: the
+    # first name wins whichever side rounding favoured; a real difference (1e-9) is not a tie
+    assert hd.first_least({"a": 1.0 + 1e-15, "b": 1.0}, torch.float64) == "a"
+    assert hd.first_least({"b": 1.0, "a": 1.0 + 1e-15}, torch.float64) == "b"
+    assert hd.first_least({"a": 1.0 + 1e-9, "b": 1.0}, torch.float64) == "b"
+    assert hd.first_least({"a": 1.0 + 1e-5, "b": 1.0}, torch.float32) == "a"  # float32: 1.2e-4 relative
+    with pytest.raises(ValueError, match="values"):
+        hd.first_least({}, torch.float64)
+
+
 # --- issue 19: QK-normalised heads, the zero predictor, the additive bound, degrees of freedom ------------------
 
 
