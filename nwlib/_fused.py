@@ -4,8 +4,8 @@
 on every thread of ATen's pool, with its logits in base 2 and its own vectorised exp2 in float32
 (a degree-5 polynomial, within 2 ulp; Sleef's 1-ulp exp2 in float64; weights below 2^-64 of the
 running maximum, 2^-256 in float64, are set to 0, so that small bandwidths cost no arithmetic on
-subnormal numbers), a scale per batch element where the bandwidth is a tensor, specialised for the book's
-shapes: small head dimensions and one or a few value columns, many replicates × heads. The
+subnormal numbers), a scale per batch element where the bandwidth is a tensor, specialised for the
+book's shapes: small head dimensions and one or a few value columns, many replicates × heads. The
 limits below were chosen by measuring an earlier, single-threaded build against SDPA (float32,
 n = 2048, m = 256): 1.2-7× faster for d ≤ 8 with scalar values, 1.7-2.9× with p = d ≤ 8,
 1.1-2× in float64; not faster above d = 8 in float32 and slower for p ≥ 16. The current build
@@ -120,9 +120,9 @@ def fused_attention(
     ``q`` (*bq, m, d), ``k`` (*bk, n, d), ``v`` (*bv, n, p), ``offset`` (*bk, n) or None, as in
     ``nwlib.kernels._attention``. ``scale``: a number, or a tensor (*bs) broadcasting to
     ``batch`` (one scale per batch element, a bandwidth per head: 1/h²), which the kernel applies
-    per (B, H) instead of rescaled copies of the inputs. ``gaussian``: the Gaussian kernel on the raw inputs, the kernel
-    centring queries and keys on the keys' mean and forming the offset -‖k - c‖²/2 itself
-    (``offset`` None, ``scale`` = 1/h²), which saves the tensor operations of
+    per (B, H) instead of rescaled copies of the inputs. ``gaussian``: the Gaussian kernel on the
+    raw inputs, the kernel centring queries and keys on the keys' mean and forming the offset
+    -‖k - c‖²/2 itself (``offset`` None, ``scale`` = 1/h²), which saves the tensor operations of
     ``nwlib.kernels._scaled_inputs``. They reach the kernel as (B, H, ...) views, broadcast batches
     as stride 0; the kernel lays out the keys, offsets and values of each distinct batch element
     once per thread (transposed, padded to the vector width) and folds the scale into the queries.

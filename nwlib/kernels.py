@@ -180,9 +180,10 @@ def nadaraya_watson(
         (0-dim included) stays a tensor, so the result is differentiable with
         respect to it and ``torch.func.vmap`` can batch over it: the fused CPU
         kernel takes it as one scale per batch element (no gradient needed), and
-        otherwise the inputs are rescaled by it for SDPA. Its values are checked only where that is free, on a plain CPU
-        tensor: on an accelerator (the check would wait for the device) and
-        under ``torch.func`` transforms they are not checked, and an invalid
+        otherwise the inputs are rescaled by it for SDPA. Its values are checked
+        only where that is free, on a plain CPU tensor: on an accelerator (the
+        check would wait for the device) and under ``torch.func`` transforms
+        they are not checked, and an invalid
         bandwidth gives an invalid result instead of an error (NaN for zero;
         a negative h acts as its absolute value, since only h² enters the kernel).
 
