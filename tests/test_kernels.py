@@ -381,12 +381,11 @@ def test_cpu_paths_match_explicit_softmax(dtype, tol, kernel, bandwidth, m, n, d
         torch.testing.assert_close(out, ref, **tol)
 
 
-def test_fused_kernel_is_taken_where_it_applies(monkeypatch):
+def _count_fused_calls(monkeypatch) -> list[int]:
+    """A list that grows by one each time nadaraya_watson reaches the fused kernel (its module)."""
     from nwlib import _fused
 
-    if not _fused_available():
-        pytest.skip(f"fused kernel not built here: {_fused.STATE['error']}")
-    calls = []
+    calls: list[int] = []
     original = _fused.module
 
     def counting():
@@ -394,6 +393,15 @@ def test_fused_kernel_is_taken_where_it_applies(monkeypatch):
         return original()
 
     monkeypatch.setattr(_fused, "module", counting)
+    return calls
+
+
+def test_fused_kernel_is_taken_where_it_applies(monkeypatch):
+    from nwlib import _fused
+
+    if not _fused_available():
+        pytest.skip(f"fused kernel not built here: {_fused.STATE['error']}")
+    calls = _count_fused_calls(monkeypatch)
     q, k, v = torch.randn(2, 5, 4), torch.randn(2, 20, 4), torch.randn(2, 20)
     nadaraya_watson(q, k, v)
     assert calls, "a float32 CPU call without autograd must reach the fused kernel"
@@ -484,14 +492,7 @@ def test_fused_kernel_takes_a_bandwidth_per_head(dtype, kernel, monkeypatch):
     ref = explicit_softmax_nw(
         np.broadcast_to(q.numpy(), (R, H, m, d)), np.broadcast_to(k.numpy(), (R, H, n, d)), v.numpy()[..., None], logits
     )
-    calls = []
-    original = _fused.module
-
-    def counting():
-        calls.append(1)
-        return original()
-
-    monkeypatch.setattr(_fused, "module", counting)
+    calls = _count_fused_calls(monkeypatch)
     shared_k, shared_v = k.to(dtype).expand(R, H, n, d), v.to(dtype).expand(R, H, n)  # views, stride 0
     out = nadaraya_watson(q.to(dtype), shared_k, shared_v, kernel=kernel, bandwidth=h.to(dtype))
     assert calls, "a bandwidth tensor without autograd must reach the fused kernel"
