@@ -138,8 +138,8 @@ constexpr int KEY_STEP = 2;
 // n = 2048, m = 256, 2 threads, Intel Xeon Sapphire Rapids; fraction of the measured limit, the
 // mix loop of mix_rate): the kernel 58-62 %; without the headroom check 61 %; with one logit
 // multiply-add instead of eight 97 %; without the exp2 87 %; with n = 512 (keys, offsets and values
-// in L1) 59 %. Eight independent multiply-adds more per key vector and query cost about half their
-// issue time. So no single part, and not the memory, accounts for the gap; this VM exposes no
+// in L1) 59 %. Two or four independent multiply-adds more per key vector and query cost 40-60 % of
+// their issue time at two per cycle. So no single part, and not the memory, accounts for the gap; this VM exposes no
 // performance counters to say which resource stalls.
 template <typename T, int D, int P>
 void tile(const T* q, int64_t d_rt, const T* kt, const T* bias, const T* vt, int64_t p_rt, int64_t N,
