@@ -153,6 +153,23 @@ EXP_NUMEL, EXP_REPEATS = 2**20, 64  # 4 MiB of float32 in, 4 out: cache-resident
 # The limit's exp rates: 16 KiB in + 16 KiB out per thread fits a 32 KiB+ L1d; 512 KiB an L2.
 L1_NUMEL, L2_NUMEL, LIMIT_EXPS = 4096, 2**17, 2**27
 _KEOPS_FOLDER: list[str] = []  # the run's KeOps build folder, made on first use
+_INDUCTOR_CACHE: list[str] = []  # the run's torch.compile cache folder, made on first use
+
+
+def _fresh_inductor_cache() -> str:
+    """Point torch.compile at a cache folder of this run's own, made on first use.
+
+    So that a compiled candidate's first call is its compile, not a cache hit, and because
+    torch 2.13's FX graph cache does not key on the vector ISA: a graph cached natively on an
+    AVX-512 CPU and loaded under ``ATEN_CPU_CAPABILITY=avx2`` gave wrong results (NaN, or off by
+    0.7 at the target configuration), where a fresh cache gave the right ones.
+    """
+    if not _INDUCTOR_CACHE:
+        import tempfile
+
+        _INDUCTOR_CACHE.append(tempfile.mkdtemp(prefix="nwlib-bench-inductor-"))
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE[0]
+    return _INDUCTOR_CACHE[0]
 
 
 @dataclass
@@ -289,9 +306,13 @@ def _callables(cfg: Config) -> dict[str, Callable]:
             cfg.results["keops_build_folder"] = "fresh (first call compiles)"
             calls[method] = lambda: keops_nw(q, k, v, scale)
         elif method == "flex":
+            _fresh_inductor_cache()
+            cfg.results["inductor_cache"] = "fresh (first call compiles)"
             flex = compiled_flex_attention()
             calls[method] = lambda flex=flex: flex(q, k, v, scale)
         elif method == "inductor":
+            _fresh_inductor_cache()
+            cfg.results["inductor_cache"] = "fresh (first call compiles)"
             ind = compiled_softmax()
             calls[method] = lambda ind=ind: ind(q, k, v, scale)
         elif method in ("exp_l1", "exp_l1_sleef", "exp_l1_exp2", "mix_l1"):
@@ -815,6 +836,7 @@ def engine_specs(device: str, quick: bool) -> list[dict]:
 
 def machine_info(devices: list[str]) -> dict:
     cpu_model, vendor, flags = platform.processor() or "unknown", None, []
+    family = model_number = None  # what identifies a CPU whose model name is generic ("AMD EPYC")
     wanted = (
         "sse4_2",
         "avx",
@@ -837,6 +859,10 @@ def machine_info(devices: list[str]) -> dict:
                 cpu_model = line.split(":", 1)[1].strip()
             if line.startswith("vendor_id") and vendor is None:
                 vendor = line.split(":", 1)[1].strip()
+            if line.startswith("cpu family") and family is None:
+                family = int(line.split(":", 1)[1])
+            if re.match(r"model\s*:", line) and model_number is None:
+                model_number = int(line.split(":", 1)[1])
             if line.startswith("flags"):
                 present = set(line.split(":", 1)[1].split())
                 flags = [f for f in wanted if f in present]
@@ -876,6 +902,8 @@ def machine_info(devices: list[str]) -> dict:
     info = {
         "cpu_model": cpu_model,
         "cpu_vendor": vendor,
+        "cpu_family": family,
+        "cpu_model_number": model_number,
         "cpu_flags": flags,
         "cpu_capability": capability,
         "logical_cpus": os.cpu_count(),
