@@ -77,6 +77,9 @@ __all__ = [
     "limit",
     "limit_table",
     "limit_values",
+    "machine_runs",
+    "machines_table",
+    "machines_values",
     "exp_rates_table",
     "peers_table",
     "statsmodels_table",
@@ -182,6 +185,14 @@ _FORMATS: dict[str, dict[str, str]] = {
         "fraction of measured": "{:.0%}",
     },
     "exp_rates": {"10⁹ exps/s": "{:.2f}", "per thread (10⁹/s)": "{:.2f}"},
+    "machines": {
+        "load": "{:.2f}",
+        "nadaraya_watson (ms)": "{:.1f}",
+        "limit (ms)": "{:.1f}",
+        "fraction of limit": "{:.0%}",
+        "SDPA ratio": "{:.2f}×",
+        "KeOps ratio": "{:.1f}×",
+    },
     "peers": {
         "median (ms)": "{:.1f}",
         "ratio": "{:.2f}×",
@@ -954,6 +965,115 @@ def limit_values(report: Mapping[str, Any]) -> Values:
     return Values(exact, measured)
 
 
+MACHINES_DIR = "machines"
+"""The folder under :data:`RESULTS` of result files of the target configuration from other machines."""
+
+
+def machine_runs(path: str | Path = "") -> list[dict[str, Any]]:
+    """The result files of other machines (``benchmarks/results/machines/*.json``), each read by :func:`load`.
+
+    Each is what ``python -m benchmarks.run --only '^cpu-float32-scalar$' --no-memory --output ...``
+    wrote on one machine (or under one ``ATEN_CPU_CAPABILITY``), committed as it came.
+
+    Parameters
+    ----------
+    path : str or Path, default ""
+        The folder; "" for :data:`RESULTS` / ``machines``. A folder that does not exist holds no runs.
+
+    Returns
+    -------
+    list of dict
+        The files, oldest first.
+
+    Raises
+    ------
+    TypeError
+        If ``path`` is not a string or path.
+    ResultFileError
+        If a file is not a result file (:func:`load`).
+    """
+    if not isinstance(path, str | Path):
+        raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
+    folder = Path(path) if str(path) else RESULTS / MACHINES_DIR
+    if not folder.is_dir():
+        return []
+    return sorted((load(f) for f in sorted(folder.glob("*.json"))), key=lambda r: r["date"])
+
+
+def _machine_label(machine: Mapping[str, Any]) -> str:
+    """The CPU as a reader can look it up: model name, family and model numbers where recorded, AMX."""
+    label = machine["cpu_model"]
+    if machine.get("cpu_family") is not None:
+        label += f" (family {machine['cpu_family']}, model {machine['cpu_model_number']})"
+    return label + (", AMX" if "amx_tile" in machine.get("cpu_flags", ()) else "")
+
+
+def _kernel_isa(machine: Mapping[str, Any]) -> str:
+    """The instruction set the fused kernel was built for, and whether ``ATEN_CPU_CAPABILITY`` lowered it."""
+    fused = machine.get("fused_kernel") or {}
+    built = {"AVX512": "AVX-512", "AVX2": "AVX2"}.get(fused.get("capability") or "", "none")
+    capped = machine.get("thread_env", {}).get("ATEN_CPU_CAPABILITY")
+    return f"{built} (ATEN_CPU_CAPABILITY={capped})" if capped else built
+
+
+def machines_table(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] = ()) -> pd.DataFrame:
+    """The target configuration's limit on every machine measured: this result file first, then ``runs``.
+
+    One row per result file that measured the same-run limit (:func:`limit`), recomputed from its
+    rounds; a run with the same ``date`` as ``report`` is the same run and is not repeated.
+
+    Parameters
+    ----------
+    report : dict
+        The appendix's result file (``latest.json``).
+    runs : iterable of dict
+        Other machines' result files (:func:`machine_runs`).
+    """
+    rows, seen = [], set()
+    for rep in (report, *runs):
+        cfg = configs_by_name(rep).get(TARGET_CONFIG)
+        lim = limit(cfg) if cfg else None
+        if lim is None or rep["date"] in seen:
+            continue
+        seen.add(rep["date"])
+        methods = cfg["results"]["methods"]
+        machine = rep["machine"]
+        rows.append(
+            {
+                "machine": _machine_label(machine),
+                "kernel built for": _kernel_isa(machine),
+                "threads": int(lim.threads),
+                "date": rep["date"][:10],
+                "load": float(rep["load_average_before"][0]),
+                "nadaraya_watson (ms)": summary(cfg, "nw").median_s * 1e3,
+                "limit (ms)": lim.judged_s * 1e3,
+                "fraction of limit": lim.judged["nw"],
+                "SDPA ratio": summary(cfg, "sdpa").ratio if "sdpa" in methods else math.nan,
+                "KeOps ratio": summary(cfg, "keops").ratio if "keops" in methods else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def machines_values(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] = ()) -> Values:
+    """The sentence under :func:`machines_table`: on how many of the runs the target is met, and the range."""
+    table = machines_table(report, runs)
+    if table.empty:
+        return Values({"machines_sentence": f"The limit at the target configuration was {NOT_MEASURED}."})
+    met = table[table["fraction of limit"] >= LIMIT_TARGET]
+    lo, hi = table["fraction of limit"].min(), table["fraction of limit"].max()
+    which = [f"{m}, kernel {k}" for m, k in zip(met["machine"], met["kernel built for"], strict=True)]
+    sdpa = table["SDPA ratio"].dropna()
+    sentence = (
+        f"Over the {len(table)} runs in the table nadaraya_watson took {lo:.0%} to {hi:.0%} of its run's limit; "
+        f"the target of {LIMIT_TARGET:.0%} is met in {len(met)} of them" + (f" ({'; '.join(which)})" if which else "")
+    )
+    if len(sdpa):
+        sentence += f", and SDPA took {sdpa.min():.2f}× to {sdpa.max():.2f}× as long in the runs that timed it"
+    sentence += "."
+    return Values({"machines_sentence": sentence}, {"machines_runs": len(table)})
+
+
 # --------------------------------------------------------------------------------- Gaussian kernel, engine speed
 
 
@@ -1308,7 +1428,7 @@ def styled(table: pd.DataFrame, kind: str, *, drop: Sequence[str] = ()) -> Any:
     Parameters
     ----------
     table : pandas.DataFrame
-    kind : {"times", "roofline", "rates", "memory", "statsmodels", "limit", "exp_rates", "peers", "engine"}
+    kind : {"times", "roofline", "rates", "memory", "statsmodels", "limit", "exp_rates", "machines", "peers", "engine"}
         Which table (its number formats).
     drop : sequence of str
         Columns left out (e.g. the figure's labels).

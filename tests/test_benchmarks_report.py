@@ -456,6 +456,42 @@ def test_limit_values_and_tables(report):
     assert bench.limit_values(report).exact["limit_verdict"] == "was not measured"
 
 
+def test_machines_table_recomputes_each_runs_fraction_and_counts_the_target(report, tmp_path):
+    # this run: measured limit 1.5 ms against nw's 3 ms (50 %); another machine's run, AVX2 under a
+    # lowered ATEN_CPU_CAPABILITY: 2.4 ms (80 %), so the 70 % target is met in one of two runs.
+    with_limit(report["configs"][0], exp2_s=0.025, mix_s=0.0015)
+    report["machine"].update(isa="AVX-512", fused_kernel={"capability": "AVX512"}, cpu_flags=["avx512f", "amx_tile"])
+    other = make_report(date="2026-12-04T01:00:00+00:00")
+    with_limit(other["configs"][0], exp2_s=0.025, mix_s=0.0024, peers=("sdpa", "keops"))
+    other["machine"].update(cpu_model="AMD EPYC", cpu_family=25, cpu_model_number=17, isa="AVX-512",
+                            fused_kernel={"capability": "AVX2"}, thread_env={"ATEN_CPU_CAPABILITY": "avx2"})  # fmt: skip
+    folder = tmp_path / "machines"
+    folder.mkdir()
+    (folder / "b.json").write_text(json.dumps(other))
+    (folder / "a.json").write_text(json.dumps(report))  # the appendix's own run, also kept here: one row
+    runs = bench.machine_runs(folder)
+    assert [r["date"] for r in runs] == [report["date"], other["date"]]  # oldest first
+    table = bench.machines_table(report, runs)
+    assert list(table["machine"]) == ["Test CPU, AMX", "AMD EPYC (family 25, model 17)"]
+    assert list(table["kernel built for"]) == ["AVX-512", "AVX2 (ATEN_CPU_CAPABILITY=avx2)"]
+    assert list(table["fraction of limit"]) == pytest.approx([0.5, 0.8])
+    assert list(table["limit (ms)"]) == pytest.approx([1.5, 2.4])
+    assert list(table["SDPA ratio"]) == pytest.approx([3.0, 3.0])
+    assert math.isnan(table["KeOps ratio"].iloc[0]) and table["KeOps ratio"].iloc[1] == pytest.approx(3.0)
+    sentence = bench.machines_values(report, runs).exact["machines_sentence"]
+    assert sentence.startswith("Over the 2 runs in the table nadaraya_watson took 50% to 80% of its run's limit")
+    assert "met in 1 of them (AMD EPYC (family 25, model 17), kernel AVX2 (ATEN" in sentence
+    assert bench.machine_runs(tmp_path / "absent") == []
+    (folder / "c.json").write_text(json.dumps({"schema": 1}))
+    with pytest.raises(bench.ResultFileError, match="schema"):
+        bench.machine_runs(folder)
+    with pytest.raises(TypeError, match="path"):
+        bench.machine_runs(3)
+    report["configs"] = report["configs"][1:]
+    assert bench.machines_table(report).empty
+    assert bench.NOT_MEASURED in bench.machines_values(report).exact["machines_sentence"]
+
+
 # ------------------------------------------------------------------------------------------- Gaussian, engine speed
 
 
