@@ -1627,9 +1627,9 @@ def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0
     """One row per notebook: how its full-profile time was found, the reduced runs, the time and the executor.
 
     Columns: "notebook", "full profile" (the time, :func:`_minutes`), "how" ("measured" or
-    "extrapolated"), "ran on" (the machine, the CPUs a run could use and the mean load average during it,
-    where the record has them: a load above the CPUs means the run shared them and its time is an upper
-    bound),
+    "extrapolated"), "ran on" (the machine, the CPUs a run could use, the mean load average during it
+    and the commit, where the record has them: a load above the CPUs means the run shared them and its
+    time is an upper bound),
     "reduced runs" (each fraction f and its time; a run whose only failure was an
     asserted finding not established at that size, in its last cell, is marked), "fixed part" (the intercept a
     of t(f) = a + b f: what does not scale), "seconds" (the time, for sorting and sums) and
@@ -1674,6 +1674,8 @@ def full_profile_table(record: Mapping[str, Any], *, sweep_minutes: float = 30.0
             machine = _machine_of(entry, record)
             ran_on = f"{machine + ', ' if machine else ''}{_cores(entry)}"
             ran_on += f", load {float(entry['load']):.1f}"
+            # the commit, because a row measured before a speed-up is an upper bound after it
+            ran_on += f", at {entry['commit']}" if entry.get("commit") else ""
         else:
             ran_on = "–"
         rows.append(

@@ -234,7 +234,7 @@ def test_a_run_that_fails_only_its_findings_check_is_complete_for_timing(tmp_pat
 
 def test_a_record_from_two_machines_says_which_row_ran_where(tmp_path):
     rows = _two_rows()
-    rows[1] |= {"machine": "Intel(R) Xeon(R) Processor", "cores": 2, "load": 1.04}
+    rows[1] |= {"machine": "Intel(R) Xeon(R) Processor", "cores": 2, "load": 1.04, "commit": "8c4aa38"}
     rows.append(
         {"notebook": "ch01_attention_is_nw", "how": "measured", "status": "ok", "full_s": 60.0, "cores": 1, "load": 0.5}
     )
@@ -243,7 +243,7 @@ def test_a_record_from_two_machines_says_which_row_ran_where(tmp_path):
     assert record["machine"] == "AMD EPYC and Intel(R) Xeon(R) Processor"
     assert rows[2]["machine"] == "AMD EPYC"
     table = report.full_profile_table(record)
-    assert table.loc[1, "ran on"] == "Intel Xeon, 2 cores, load 1.0"
+    assert table.loc[1, "ran on"] == "Intel Xeon, 2 cores, load 1.0, at 8c4aa38"  # the commit it ran at
     assert table.loc[2, "ran on"] == "AMD EPYC, 1 core, load 0.5"
     assert table.loc[0, "ran on"] == "–"  # no conditions recorded: no machine claimed either
     where = report.full_profile_values(record)["full_profile_machine"]
