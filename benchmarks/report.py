@@ -187,7 +187,7 @@ _FORMATS: dict[str, dict[str, str]] = {
     "exp_rates": {"10⁹ exps/s": "{:.2f}", "per thread (10⁹/s)": "{:.2f}"},
     "machines": {
         "load": "{:.2f}",
-        "nadaraya_watson (ms)": "{:.1f}",
+        "time (ms)": "{:.1f}",
         "limit (ms)": "{:.1f}",
         "fraction of limit": "{:.0%}",
         "SDPA ratio": "{:.2f}×",
@@ -1002,18 +1002,18 @@ def machine_runs(path: str | Path = "") -> list[dict[str, Any]]:
 
 def _machine_label(machine: Mapping[str, Any]) -> str:
     """The CPU as a reader can look it up: model name, family and model numbers where recorded, AMX."""
-    label = machine["cpu_model"]
+    label = short_machine(machine["cpu_model"])
     if machine.get("cpu_family") is not None:
         label += f" (family {machine['cpu_family']}, model {machine['cpu_model_number']})"
     return label + (", AMX" if "amx_tile" in machine.get("cpu_flags", ()) else "")
 
 
 def _kernel_isa(machine: Mapping[str, Any]) -> str:
-    """The instruction set the fused kernel was built for, and whether ``ATEN_CPU_CAPABILITY`` lowered it."""
+    """The instruction set the fused kernel was built for, "(lowered)" where ``ATEN_CPU_CAPABILITY`` set it."""
     fused = machine.get("fused_kernel") or {}
     built = {"AVX512": "AVX-512", "AVX2": "AVX2"}.get(fused.get("capability") or "", "none")
     capped = machine.get("thread_env", {}).get("ATEN_CPU_CAPABILITY")
-    return f"{built} (ATEN_CPU_CAPABILITY={capped})" if capped else built
+    return f"{built} (lowered)" if capped else built  # the name, not the value: a PDF column breaks at spaces
 
 
 def machines_table(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] = ()) -> pd.DataFrame:
@@ -1040,12 +1040,11 @@ def machines_table(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] 
         machine = rep["machine"]
         rows.append(
             {
-                "machine": _machine_label(machine),
-                "kernel built for": _kernel_isa(machine),
-                "threads": int(lim.threads),
+                "machine": f"{_machine_label(machine)}, {int(lim.threads)} threads",
+                "kernel": _kernel_isa(machine),
                 "date": rep["date"][:10],
                 "load": float(rep["load_average_before"][0]),
-                "nadaraya_watson (ms)": summary(cfg, "nw").median_s * 1e3,
+                "time (ms)": summary(cfg, "nw").median_s * 1e3,
                 "limit (ms)": lim.judged_s * 1e3,
                 "fraction of limit": lim.judged["nw"],
                 "SDPA ratio": summary(cfg, "sdpa").ratio if "sdpa" in methods else math.nan,
@@ -1062,7 +1061,7 @@ def machines_values(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]]
         return Values({"machines_sentence": f"The limit at the target configuration was {NOT_MEASURED}."})
     met = table[table["fraction of limit"] >= LIMIT_TARGET]
     lo, hi = table["fraction of limit"].min(), table["fraction of limit"].max()
-    which = [f"{m}, kernel {k}" for m, k in zip(met["machine"], met["kernel built for"], strict=True)]
+    which = [f"{m}, kernel {k}" for m, k in zip(met["machine"], met["kernel"], strict=True)]
     sdpa = table["SDPA ratio"].dropna()
     sentence = (
         f"Over the {len(table)} runs in the table nadaraya_watson took {lo:.0%} to {hi:.0%} of its run's limit; "

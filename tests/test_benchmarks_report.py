@@ -460,7 +460,8 @@ def test_machines_table_recomputes_each_runs_fraction_and_counts_the_target(repo
     # this run: measured limit 1.5 ms against nw's 3 ms (50 %); another machine's run, AVX2 under a
     # lowered ATEN_CPU_CAPABILITY: 2.4 ms (80 %), so the 70 % target is met in one of two runs.
     with_limit(report["configs"][0], exp2_s=0.025, mix_s=0.0015)
-    report["machine"].update(isa="AVX-512", fused_kernel={"capability": "AVX512"}, cpu_flags=["avx512f", "amx_tile"])
+    report["machine"].update(cpu_model="Intel(R) Xeon(R) Processor", isa="AVX-512", fused_kernel={"capability": "AVX512"},
+                             cpu_flags=["avx512f", "amx_tile"])  # fmt: skip
     other = make_report(date="2026-12-04T01:00:00+00:00")
     with_limit(other["configs"][0], exp2_s=0.025, mix_s=0.0024, peers=("sdpa", "keops"))
     other["machine"].update(cpu_model="AMD EPYC", cpu_family=25, cpu_model_number=17, isa="AVX-512",
@@ -472,15 +473,16 @@ def test_machines_table_recomputes_each_runs_fraction_and_counts_the_target(repo
     runs = bench.machine_runs(folder)
     assert [r["date"] for r in runs] == [report["date"], other["date"]]  # oldest first
     table = bench.machines_table(report, runs)
-    assert list(table["machine"]) == ["Test CPU, AMX", "AMD EPYC (family 25, model 17)"]
-    assert list(table["kernel built for"]) == ["AVX-512", "AVX2 (ATEN_CPU_CAPABILITY=avx2)"]
+    assert list(table["machine"]) == ["Intel Xeon, AMX, 2 threads", "AMD EPYC (family 25, model 17), 2 threads"]
+    assert list(table["kernel"]) == ["AVX-512", "AVX2 (lowered)"]  # by ATEN_CPU_CAPABILITY
+    assert list(table["time (ms)"]) == pytest.approx([3.0, 3.0])
     assert list(table["fraction of limit"]) == pytest.approx([0.5, 0.8])
     assert list(table["limit (ms)"]) == pytest.approx([1.5, 2.4])
     assert list(table["SDPA ratio"]) == pytest.approx([3.0, 3.0])
     assert math.isnan(table["KeOps ratio"].iloc[0]) and table["KeOps ratio"].iloc[1] == pytest.approx(3.0)
     sentence = bench.machines_values(report, runs).exact["machines_sentence"]
     assert sentence.startswith("Over the 2 runs in the table nadaraya_watson took 50% to 80% of its run's limit")
-    assert "met in 1 of them (AMD EPYC (family 25, model 17), kernel AVX2 (ATEN" in sentence
+    assert "met in 1 of them (AMD EPYC (family 25, model 17), 2 threads, kernel AVX2 (lowered))" in sentence
     assert bench.machine_runs(tmp_path / "absent") == []
     (folder / "c.json").write_text(json.dumps({"schema": 1}))
     with pytest.raises(bench.ResultFileError, match="schema"):
