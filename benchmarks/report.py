@@ -1009,11 +1009,12 @@ def _machine_label(machine: Mapping[str, Any]) -> str:
 
 
 def _kernel_isa(machine: Mapping[str, Any]) -> str:
-    """The instruction set the fused kernel was built for, "(lowered)" where ``ATEN_CPU_CAPABILITY`` set it."""
+    """The instruction set the fused kernel was built for; "(lowered)" where it is below the CPU's own
+    (``ATEN_CPU_CAPABILITY`` set lower than the CPU's flags allow)."""
     fused = machine.get("fused_kernel") or {}
     built = {"AVX512": "AVX-512", "AVX2": "AVX2"}.get(fused.get("capability") or "", "none")
-    capped = machine.get("thread_env", {}).get("ATEN_CPU_CAPABILITY")
-    return f"{built} (lowered)" if capped else built  # the name, not the value: a PDF column breaks at spaces
+    lowered = built == "AVX2" and machine.get("isa") == "AVX-512"
+    return f"{built} (lowered)" if lowered else built  # the word, not the setting: a PDF column breaks at spaces
 
 
 def machines_table(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] = ()) -> pd.DataFrame:

@@ -156,8 +156,8 @@ _KEOPS_FOLDER: list[str] = []  # the run's KeOps build folder, made on first use
 _INDUCTOR_CACHE: list[str] = []  # the run's torch.compile cache folder, made on first use
 
 
-def _fresh_inductor_cache() -> str:
-    """Point torch.compile at a cache folder of this run's own, made on first use.
+def _fresh_inductor_cache(cfg: Config) -> None:
+    """Point torch.compile at a cache folder of this run's own, made on first use, and say so in ``cfg``.
 
     So that a compiled candidate's first call is its compile, not a cache hit, and because
     torch 2.13's FX graph cache does not key on the vector ISA: a graph cached natively on an
@@ -169,7 +169,7 @@ def _fresh_inductor_cache() -> str:
 
         _INDUCTOR_CACHE.append(tempfile.mkdtemp(prefix="nwlib-bench-inductor-"))
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE[0]
-    return _INDUCTOR_CACHE[0]
+    cfg.results["inductor_cache"] = "fresh (first call compiles)"
 
 
 @dataclass
@@ -306,13 +306,11 @@ def _callables(cfg: Config) -> dict[str, Callable]:
             cfg.results["keops_build_folder"] = "fresh (first call compiles)"
             calls[method] = lambda: keops_nw(q, k, v, scale)
         elif method == "flex":
-            _fresh_inductor_cache()
-            cfg.results["inductor_cache"] = "fresh (first call compiles)"
+            _fresh_inductor_cache(cfg)
             flex = compiled_flex_attention()
             calls[method] = lambda flex=flex: flex(q, k, v, scale)
         elif method == "inductor":
-            _fresh_inductor_cache()
-            cfg.results["inductor_cache"] = "fresh (first call compiles)"
+            _fresh_inductor_cache(cfg)
             ind = compiled_softmax()
             calls[method] = lambda ind=ind: ind(q, k, v, scale)
         elif method in ("exp_l1", "exp_l1_sleef", "exp_l1_exp2", "mix_l1"):

@@ -475,6 +475,8 @@ def test_machines_table_recomputes_each_runs_fraction_and_counts_the_target(repo
     table = bench.machines_table(report, runs)
     assert list(table["machine"]) == ["Intel Xeon, AMX, 2 threads", "AMD EPYC (family 25, model 17), 2 threads"]
     assert list(table["kernel"]) == ["AVX-512", "AVX2 (lowered)"]  # by ATEN_CPU_CAPABILITY
+    avx2_cpu = {"isa": "AVX2", "fused_kernel": {"capability": "AVX2"}, "thread_env": {"ATEN_CPU_CAPABILITY": "avx2"}}
+    assert bench._kernel_isa(avx2_cpu) == "AVX2"  # the setting alone lowers nothing
     assert list(table["time (ms)"]) == pytest.approx([3.0, 3.0])
     assert list(table["fraction of limit"]) == pytest.approx([0.5, 0.8])
     assert list(table["limit (ms)"]) == pytest.approx([1.5, 2.4])
