@@ -124,3 +124,23 @@ def test_pre_commit_runs_the_pinned_ruff_and_strips_notebooks():
     assert repos["ruff-pre-commit"]["rev"] == f"v{pinned}", "pre-commit's ruff must be the ruff of constraints.txt"
     assert {h["id"] for h in repos["ruff-pre-commit"]["hooks"]} == {"ruff-check", "ruff-format"}
     assert [h["id"] for h in repos["nbstripout"]["hooks"]] == ["nbstripout"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_papermill_reads_every_parameter(path):
+    """papermill's own reading of the cell (``papermill --help-notebook``, its check for unknown
+    parameters) finds every name the cell assigns: it skips, with a warning, any line with a second
+    ``=``, a comment's included."""
+    from papermill.translators import PythonTranslator
+
+    nb = json.loads(path.read_text())
+    (cell,) = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    seen = {p.name for p in PythonTranslator.inspect(nbformat_cell(cell))}
+    missing = set(parameter_defaults(path)) - seen
+    assert not missing, f"{path.name}: papermill does not read the parameter(s) {sorted(missing)} (an '=' in a comment?)"
+
+
+def nbformat_cell(cell: dict):
+    import nbformat
+
+    return nbformat.from_dict({**cell, "source": "".join(cell["source"])})
