@@ -137,7 +137,9 @@ def test_papermill_reads_every_parameter(path):
     (cell,) = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     seen = {p.name for p in PythonTranslator.inspect(nbformat_cell(cell))}
     missing = set(parameter_defaults(path)) - seen
-    assert not missing, f"{path.name}: papermill does not read the parameter(s) {sorted(missing)} (an '=' in a comment?)"
+    assert not missing, (
+        f"{path.name}: papermill does not read the parameter(s) {sorted(missing)} (an '=' in a comment?)"
+    )
 
 
 def nbformat_cell(cell: dict):
