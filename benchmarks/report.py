@@ -147,6 +147,9 @@ LIMIT_EXP_LOOPS = ("exp_l1", "exp_l1_exp2")
 """The L1 exp loops the limit takes the faster of: ATen's exp_u20 and nwlib's exp2 (``benchmarks/run.py``)."""
 LIMIT_TARGET = 0.7
 """nadaraya_watson's target at :data:`TARGET_CONFIG`: at least this fraction of the same-run limit."""
+INTERVAL_LEVEL = 0.95
+"""Coverage of :func:`fraction_interval`: two-sided at ``nwlib.evidence.ALPHA`` (this module imports no
+nwlib; ``tests/test_benchmarks_report.py`` keeps the two equal)."""
 EXP_RATES: dict[str, str] = {
     "exp_l1": "ATen exp_u20 loop, 16 KiB per thread (L1)",
     "exp_l1_exp2": "nwlib exp2 loop (the fused kernel's), 16 KiB per thread (L1)",
@@ -1017,6 +1020,46 @@ def _kernel_isa(machine: Mapping[str, Any]) -> str:
     return f"{built} (lowered)" if lowered else built  # the word, not the setting: a PDF column breaks at spaces
 
 
+def _table_runs(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The result files :func:`machines_table` shows: those that measured the limit, one per ``date``."""
+    out, seen = [], set()
+    for rep in (report, *runs):
+        cfg = configs_by_name(rep).get(TARGET_CONFIG)
+        if cfg is None or limit(cfg) is None or rep["date"] in seen:
+            continue
+        seen.add(rep["date"])
+        out.append(rep)
+    return out
+
+
+def fraction_interval(cfg: Mapping[str, Any], method: str = "nw") -> tuple[float, float, float]:
+    """``method``'s fraction of the measured limit round by round: geometric mean and interval.
+
+    In round i the arithmetic measured together (``mix_l1``, scaled to one call's exponentials) and
+    ``method`` ran under the same conditions, in shuffled order; their ratio is the round's fraction.
+    The interval is the mean of the log fractions ± Student's t quantile (``rounds - 1`` degrees of
+    freedom, two-sided at :data:`INTERVAL_LEVEL`) times its standard error, exponentiated: how well
+    the rounds pin the fraction down, which the ratio of medians (:func:`limit`) does not say.
+
+    Returns
+    -------
+    (float, float, float)
+        Geometric mean, lower and upper end; NaNs where the limit was not measured together.
+    """
+    r = cfg["results"]
+    if "mix_l1" not in r["methods"] or "limit" not in r:
+        return (math.nan, math.nan, math.nan)
+    mix = np.asarray(r["methods"]["mix_l1"]["samples_s"], dtype=float) * float(r["limit"]["exps"]) / r["mix_l1_count"]
+    logs = np.log(mix / np.asarray(r["methods"][method]["samples_s"], dtype=float))
+    if len(logs) < 2:  # one round: no spread to estimate
+        return (math.exp(float(logs[0])), math.nan, math.nan) if len(logs) else (math.nan, math.nan, math.nan)
+    from scipy.stats import t
+
+    half = float(t.ppf(0.5 + INTERVAL_LEVEL / 2, len(logs) - 1)) * float(np.std(logs, ddof=1)) / math.sqrt(len(logs))
+    centre = float(np.mean(logs))
+    return (math.exp(centre), math.exp(centre - half), math.exp(centre + half))
+
+
 def machines_table(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] = ()) -> pd.DataFrame:
     """The target configuration's limit on every machine measured: this result file first, then ``runs``.
 
@@ -1030,13 +1073,10 @@ def machines_table(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] 
     runs : iterable of dict
         Other machines' result files (:func:`machine_runs`).
     """
-    rows, seen = [], set()
-    for rep in (report, *runs):
-        cfg = configs_by_name(rep).get(TARGET_CONFIG)
-        lim = limit(cfg) if cfg else None
-        if lim is None or rep["date"] in seen:
-            continue
-        seen.add(rep["date"])
+    rows = []
+    for rep in _table_runs(report, runs):
+        cfg = configs_by_name(rep)[TARGET_CONFIG]
+        lim = limit(cfg)
         methods = cfg["results"]["methods"]
         machine = rep["machine"]
         rows.append(
@@ -1048,11 +1088,18 @@ def machines_table(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] 
                 "time (ms)": summary(cfg, "nw").median_s * 1e3,
                 "limit (ms)": lim.judged_s * 1e3,
                 "fraction of limit": lim.judged["nw"],
+                "per round, 95 %": _interval_text(fraction_interval(cfg)),
                 "SDPA ratio": summary(cfg, "sdpa").ratio if "sdpa" in methods else math.nan,
                 "KeOps ratio": summary(cfg, "keops").ratio if "keops" in methods else math.nan,
             }
         )
     return pd.DataFrame(rows)
+
+
+def _interval_text(interval: tuple[float, float, float]) -> str:
+    """``"44–69 %"`` for :func:`fraction_interval`'s ends (a dash where not measured)."""
+    _, lo, hi = interval
+    return "–" if math.isnan(lo) else f"{100 * lo:.0f}–{100 * hi:.0f} %"
 
 
 def machines_values(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] = ()) -> Values:
@@ -1068,8 +1115,18 @@ def machines_values(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]]
         f"Over the {len(table)} runs in the table nadaraya_watson took {lo:.0%} to {hi:.0%} of its run's limit; "
         f"the target of {LIMIT_TARGET:.0%} is met in {len(met)} of them" + (f" ({'; '.join(which)})" if which else "")
     )
+    ends = [fraction_interval(configs_by_name(rep)[TARGET_CONFIG])[1:] for rep in _table_runs(report, runs)]
+    ends = [(lo, hi) for lo, hi in ends if not math.isnan(lo)]
+    if ends:
+        below = sum(hi < LIMIT_TARGET for _, hi in ends)
+        above = sum(lo > LIMIT_TARGET for lo, _ in ends)
+        unsure = len(ends) - below - above
+        sentence += (
+            f". Round by round ({INTERVAL_LEVEL:.0%} intervals, in the table) the fraction lies below the target in "
+            f"{below} of the {len(ends)} runs, above it in {above} and cannot be told from it in {unsure}"
+        )
     if len(sdpa):
-        sentence += f", and SDPA took {sdpa.min():.2f}× to {sdpa.max():.2f}× as long in the runs that timed it"
+        sentence += f"; SDPA took {sdpa.min():.2f}× to {sdpa.max():.2f}× as long in the runs that timed it"
     sentence += "."
     return Values({"machines_sentence": sentence}, {"machines_runs": len(table)})
 

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+
+from nwlib import evidence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
 
@@ -456,6 +459,20 @@ def test_limit_values_and_tables(report):
     assert bench.limit_values(report).exact["limit_verdict"] == "was not measured"
 
 
+def test_interval_level_is_nwlibs():
+    assert bench.INTERVAL_LEVEL == pytest.approx(1 - evidence.ALPHA)
+
+
+def test_fraction_interval_of_one_round_or_no_measured_limit(report):
+    cfg = with_limit(report["configs"][0], exp2_s=0.025, mix_s=0.0015)
+    for name in ("nw", "mix_l1"):
+        cfg["results"]["methods"][name]["samples_s"] = cfg["results"]["methods"][name]["samples_s"][:1]
+    centre, lo, hi = bench.fraction_interval(cfg)
+    assert centre == pytest.approx(1.5) and math.isnan(lo) and math.isnan(hi)  # 1.5 ms over 1 ms, no spread
+    del cfg["results"]["methods"]["mix_l1"]
+    assert all(math.isnan(x) for x in bench.fraction_interval(cfg))
+
+
 def test_machines_table_recomputes_each_runs_fraction_and_counts_the_target(report, tmp_path):
     # this run: measured limit 1.5 ms against nw's 3 ms (50 %); another machine's run, AVX2 under a
     # lowered ATEN_CPU_CAPABILITY: 2.4 ms (80 %), so the 70 % target is met in one of two runs.
@@ -482,8 +499,17 @@ def test_machines_table_recomputes_each_runs_fraction_and_counts_the_target(repo
     assert list(table["limit (ms)"]) == pytest.approx([1.5, 2.4])
     assert list(table["SDPA ratio"]) == pytest.approx([3.0, 3.0])
     assert math.isnan(table["KeOps ratio"].iloc[0]) and table["KeOps ratio"].iloc[1] == pytest.approx(3.0)
+    # round by round: 1.5 ms over 1, 2, ..., 5 ms, and 2.4 ms over the same, against nwlib's own t interval
+    for row, mix_ms in zip(table["per round, 95 %"], (1.5, 2.4), strict=True):
+        c = evidence.mean(torch.log(mix_ms / torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)))
+        half = evidence.family_threshold(1, evidence.ALPHA, c.df) * c.se
+        assert row == f"{100 * math.exp(c.estimate - half):.0f}–{100 * math.exp(c.estimate + half):.0f} %"
+    centre, lo, hi = bench.fraction_interval(report["configs"][0])
+    assert centre == pytest.approx(1.5 / math.exp(np.mean(np.log([1, 2, 3, 4, 5]))))  # the geometric mean
+    assert lo < 0.5 < hi  # the ratio of medians, 1.5 / 3, inside
     sentence = bench.machines_values(report, runs).exact["machines_sentence"]
     assert sentence.startswith("Over the 2 runs in the table nadaraya_watson took 50% to 80% of its run's limit")
+    assert "below the target in 0 of the 2 runs, above it in 0 and cannot be told from it in 2" in sentence
     assert "met in 1 of them (AMD EPYC (family 25, model 17), 2 threads, kernel AVX2 (lowered))" in sentence
     assert bench.machine_runs(tmp_path / "absent") == []
     (folder / "c.json").write_text(json.dumps({"schema": 1}))
