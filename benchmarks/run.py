@@ -68,6 +68,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import random
@@ -542,6 +543,18 @@ def run_config(cfg: Config, rounds: int, rng: random.Random, pause: float = 0.0)
             r["chunk_size_note"] = f"{type(exc).__name__}: {exc}"
 
 
+def _per_round(cfg: Config) -> dict[str, float | None]:
+    """nadaraya_watson's fraction of the measured limit round by round (:func:`benchmarks.report.fraction_interval`).
+
+    The interval's ends are ``None`` (JSON ``null``, not NaN) after a single round: no spread to estimate.
+    """
+    from benchmarks.report import INTERVAL_LEVEL, fraction_interval
+
+    centre, low, high = fraction_interval({"results": cfg.results})
+    ends = {k: None if math.isnan(v) else v for k, v in (("low", low), ("high", high))}
+    return {"geometric_mean": centre, **ends, "level": INTERVAL_LEVEL}
+
+
 def _limit(cfg: Config, samples: dict[str, list[float]]) -> dict:
     """The machine's limit for one call, from the rates measured in the same rounds.
 
@@ -982,6 +995,8 @@ def evaluate_targets(configs: list[Config], memory: list[dict]) -> list[dict]:
                 "fraction_paired": frac["fraction_paired_median"],
                 "fraction_of_sum": frac["fraction_of_sum"],
                 "fraction_of_mix": frac.get("fraction_of_mix"),
+                # round by round: geometric mean and 95 % interval of the rounds' fractions (None: no mix)
+                "fraction_of_mix_per_round": _per_round(target_cfg) if mix else None,
                 "limited_by": lim["limited_by"],
                 "pass": (frac["fraction_of_mix"] if mix else frac["fraction"]) >= LIMIT_TARGET,
             }
@@ -1136,10 +1151,17 @@ def print_report(report: dict) -> None:
             print(f"  {verdict}  {t['description']}: {t['ratio']:.2f}x (paired {t['paired_ratio']:.2f}x)")
         elif t["id"] == "fraction_of_limit":
             judged = t.get("fraction_of_mix") if t.get("judged_on") == "mix" else t["fraction"]
+            rounds = t.get("fraction_of_mix_per_round")
+            per_round = (
+                f"; round by round {100 * rounds['geometric_mean']:.0f}%, 95% interval "
+                f"{100 * rounds['low']:.0f}-{100 * rounds['high']:.0f}%"
+                if rounds and rounds["low"] is not None
+                else ""
+            )
             print(
                 f"  {verdict}  {t['description']}: {100 * judged:.0f}% "
                 f"(of the max-bound {100 * t['fraction']:.0f}%, paired {100 * t['fraction_paired']:.0f}%; "
-                f"of the sum {100 * t['fraction_of_sum']:.0f}%)"
+                f"of the sum {100 * t['fraction_of_sum']:.0f}%{per_round})"
             )
         elif t["id"] == "ahead_of_every_peer":
             print(f"  {verdict}  {t['description']}: closest {t['closest_peer']} at {t['closest_ratio']:.2f}x")

@@ -14,6 +14,7 @@ asserted anywhere.
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -290,6 +291,16 @@ def test_quick_run_records_the_machine_and_the_new_timings(quick_report):
     if m["fused_kernel"]["built"]:
         assert target["limit"]["fractions"]["nw"]["fraction"] > 0
         assert {"fraction_of_limit", "ahead_of_every_peer"} <= {t["id"] for t in report["targets"]}
+        (frac,) = [t for t in report["targets"] if t["id"] == "fraction_of_limit"]
+        rounds = frac["fraction_of_mix_per_round"]  # the rounds' fractions, by hand: mix scaled over nw
+        mix = np.array(target["methods"]["mix_l1"]["samples_s"]) * target["limit"]["exps"] / target["mix_l1_count"]
+        logs = np.log(mix / np.array(target["methods"]["nw"]["samples_s"]))
+        assert rounds["geometric_mean"] == pytest.approx(math.exp(logs.mean()))
+        assert rounds["level"] == 0.95
+        if len(logs) > 1:
+            assert rounds["low"] <= rounds["geometric_mean"] <= rounds["high"]
+        else:  # one round: no interval, and null rather than NaN in the JSON
+            assert rounds["low"] is None and rounds["high"] is None
     engine = configs["cpu-engine-gaussian-H8"]
     assert engine["H"] == 8 and engine["results"]["replicates_per_s"] > 0
     assert engine["results"]["replicates_per_s"] == pytest.approx(
