@@ -5,8 +5,9 @@ and memory targets of ``nadaraya_watson`` and of the Monte Carlo engine). It tur
 written by :mod:`benchmarks.run` (``benchmarks/results/latest.json``, schema :data:`SCHEMA`)
 into the appendix's tables and glued values, recomputing every median, quartile, ratio, rate and
 attainable time from the raw per-round timings and checking each against the summary the
-benchmark stored (:class:`ResultFileError` when they disagree). It never runs a benchmark and
-imports neither torch nor nwlib.
+benchmark stored (:class:`ResultFileError` when they disagree). It never runs a benchmark, and
+reading a file imports neither torch nor nwlib (the tests against the target, in
+:func:`machines_values`, use :mod:`nwlib.evidence`).
 
 The parsed file (:func:`load`) is a dictionary with, among others, ``configs`` (timed
 configurations: ``name``, ``group`` in ``"grid"``, ``"scaling"``, ``"statsmodels"``,
@@ -1032,6 +1033,15 @@ def _table_runs(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]]) ->
     return out
 
 
+def _log_fractions(cfg: Mapping[str, Any], method: str = "nw") -> np.ndarray | None:
+    """The logarithms of ``method``'s fraction of the limit, one per round (None: limit not measured together)."""
+    r = cfg["results"]
+    if "mix_l1" not in r["methods"] or "limit" not in r:
+        return None
+    mix = np.asarray(r["methods"]["mix_l1"]["samples_s"], dtype=float) * float(r["limit"]["exps"]) / r["mix_l1_count"]
+    return np.log(mix / np.asarray(r["methods"][method]["samples_s"], dtype=float))
+
+
 def fraction_interval(cfg: Mapping[str, Any], method: str = "nw") -> tuple[float, float, float]:
     """``method``'s fraction of the measured limit round by round: geometric mean and interval.
 
@@ -1046,18 +1056,35 @@ def fraction_interval(cfg: Mapping[str, Any], method: str = "nw") -> tuple[float
     (float, float, float)
         Geometric mean, lower and upper end; NaNs where the limit was not measured together.
     """
-    r = cfg["results"]
-    if "mix_l1" not in r["methods"] or "limit" not in r:
+    logs = _log_fractions(cfg, method)
+    if logs is None or not len(logs):
         return (math.nan, math.nan, math.nan)
-    mix = np.asarray(r["methods"]["mix_l1"]["samples_s"], dtype=float) * float(r["limit"]["exps"]) / r["mix_l1_count"]
-    logs = np.log(mix / np.asarray(r["methods"][method]["samples_s"], dtype=float))
     if len(logs) < 2:  # one round: no spread to estimate
-        return (math.exp(float(logs[0])), math.nan, math.nan) if len(logs) else (math.nan, math.nan, math.nan)
+        return (math.exp(float(logs[0])), math.nan, math.nan)
     from scipy.stats import t
 
     half = float(t.ppf(0.5 + INTERVAL_LEVEL / 2, len(logs) - 1)) * float(np.std(logs, ddof=1)) / math.sqrt(len(logs))
     centre = float(np.mean(logs))
     return (math.exp(centre), math.exp(centre - half), math.exp(centre + half))
+
+
+def _against_target(logs: Sequence[np.ndarray]) -> tuple[list[bool], list[bool], float]:
+    """Which runs lie below, and which above, :data:`LIMIT_TARGET`: one-sided t tests, Holm across the runs.
+
+    Each run's rounds give the mean of their log fractions minus log(target) with its standard error
+    (``rounds - 1`` degrees of freedom); :func:`nwlib.evidence.significant` decides at
+    :data:`nwlib.evidence.ALPHA` with Holm's correction over the runs, the book's standard.
+    """
+    from nwlib import evidence  # here, not at the top: reading a result file needs no torch
+
+    comps = [
+        evidence.estimate(
+            float(np.mean(x)) - math.log(LIMIT_TARGET), float(np.std(x, ddof=1)) / math.sqrt(len(x)), len(x) - 1
+        )
+        for x in logs
+    ]
+    below = evidence.significant(comps, alternative="less")
+    return below, evidence.significant(comps, alternative="greater"), evidence.ALPHA
 
 
 def machines_table(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] = ()) -> pd.DataFrame:
@@ -1088,6 +1115,7 @@ def machines_table(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] 
                 "time (ms)": summary(cfg, "nw").median_s * 1e3,
                 "limit (ms)": lim.judged_s * 1e3,
                 "fraction of limit": lim.judged["nw"],
+                "rounds": len(methods["nw"]["samples_s"]),
                 "per round, 95 %": _interval_text(fraction_interval(cfg)),
                 "SDPA ratio": summary(cfg, "sdpa").ratio if "sdpa" in methods else math.nan,
                 "KeOps ratio": summary(cfg, "keops").ratio if "keops" in methods else math.nan,
@@ -1115,15 +1143,15 @@ def machines_values(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]]
         f"Over the {len(table)} runs in the table nadaraya_watson took {lo:.0%} to {hi:.0%} of its run's limit; "
         f"the target of {LIMIT_TARGET:.0%} is met in {len(met)} of them" + (f" ({'; '.join(which)})" if which else "")
     )
-    ends = [fraction_interval(configs_by_name(rep)[TARGET_CONFIG])[1:] for rep in _table_runs(report, runs)]
-    ends = [(lo, hi) for lo, hi in ends if not math.isnan(lo)]
-    if ends:
-        below = sum(hi < LIMIT_TARGET for _, hi in ends)
-        above = sum(lo > LIMIT_TARGET for lo, _ in ends)
-        unsure = len(ends) - below - above
+    logs = [_log_fractions(configs_by_name(rep)[TARGET_CONFIG]) for rep in _table_runs(report, runs)]
+    logs = [x for x in logs if x is not None and len(x) > 1]
+    if logs:
+        below_runs, above_runs, alpha = _against_target(logs)
+        below, above = sum(below_runs), sum(above_runs)
         sentence += (
-            f". Round by round ({INTERVAL_LEVEL:.0%} intervals, in the table) the fraction lies below the target in "
-            f"{below} of the {len(ends)} runs, above it in {above} and cannot be told from it in {unsure}"
+            f". Tested run by run on its rounds (one-sided t tests on the logarithms of the rounds' fractions, "
+            f"Holm across the {len(logs)} runs at {alpha:.0%}), the fraction lies below the target in {below} of "
+            f"the {len(logs)} runs, above it in {above} and cannot be told from it in {len(logs) - below - above}"
         )
     if len(sdpa):
         sentence += f"; SDPA took {sdpa.min():.2f}× to {sdpa.max():.2f}× as long in the runs that timed it"

@@ -509,7 +509,9 @@ def test_machines_table_recomputes_each_runs_fraction_and_counts_the_target(repo
     assert lo < 0.5 < hi  # the ratio of medians, 1.5 / 3, inside
     sentence = bench.machines_values(report, runs).exact["machines_sentence"]
     assert sentence.startswith("Over the 2 runs in the table nadaraya_watson took 50% to 80% of its run's limit")
-    assert "below the target in 0 of the 2 runs, above it in 0 and cannot be told from it in 2" in sentence
+    assert "Holm across the 2 runs at 5%), the fraction lies below the target in 0 of the 2 runs, above it in 0 " \
+        "and cannot be told from it in 2" in sentence  # fmt: skip
+    assert list(table["rounds"]) == [5, 5]
     assert "met in 1 of them (AMD EPYC (family 25, model 17), 2 threads, kernel AVX2 (lowered))" in sentence
     assert bench.machine_runs(tmp_path / "absent") == []
     (folder / "c.json").write_text(json.dumps({"schema": 1}))
@@ -520,6 +522,34 @@ def test_machines_table_recomputes_each_runs_fraction_and_counts_the_target(repo
     report["configs"] = report["configs"][1:]
     assert bench.machines_table(report).empty
     assert bench.NOT_MEASURED in bench.machines_values(report).exact["machines_sentence"]
+
+
+def test_machines_sentence_tests_each_run_against_the_target_with_holm(report, tmp_path):
+    # three runs of five rounds: one at 50-52 % in every round (below 70 %), one at 90-95 % (above),
+    # and the fixture's 1.5 ms over 1..5 ms (30-150 %: cannot be told); reference: scipy's one-sample
+    # t tests on the logs and statsmodels' Holm correction, at 5 %.
+    runs, logs = [], []
+    for i, scale in enumerate((0.5, 0.9, None)):
+        rep = make_report(date=f"2026-12-0{i + 2}T01:00:00+00:00")
+        cfg = with_limit(rep["configs"][0], exp2_s=0.025, mix_s=0.0015)
+        if scale is not None:
+            mix = [scale * t * (1 + 0.01 * k) for k, t in enumerate(NW)]
+            cfg["results"]["methods"]["mix_l1"] = method(mix)
+            cfg["results"]["limit"]["limit_mix_s"] = float(np.median(mix))  # exps = mix_l1_count
+        runs.append(rep)
+        mix = np.array(cfg["results"]["methods"]["mix_l1"]["samples_s"])
+        logs.append(np.log(mix / np.array(cfg["results"]["methods"]["nw"]["samples_s"])))
+    from scipy.stats import ttest_1samp
+    from statsmodels.stats.multitest import multipletests
+
+    def holm(alternative):
+        p = [ttest_1samp(x, math.log(bench.LIMIT_TARGET), alternative=alternative).pvalue for x in logs]
+        return int(multipletests(p, alpha=0.05, method="holm")[0].sum())
+
+    below, above = holm("less"), holm("greater")
+    assert (below, above) == (1, 1)  # the test's design, checked by the reference before the code
+    sentence = bench.machines_values(runs[0], runs[1:]).exact["machines_sentence"]
+    assert f"below the target in {below} of the 3 runs, above it in {above} and cannot be told from it in 1" in sentence
 
 
 # ------------------------------------------------------------------------------------------- Gaussian, engine speed

@@ -141,8 +141,9 @@ constexpr int KEY_STEP = 2;
 // in L1) 59 %. Two or four independent multiply-adds more per key vector and query cost 40-60 % of
 // their issue time at two per cycle. So no single part, and not the memory, accounts for the gap; this VM exposes no
 // performance counters to say which resource stalls.
-// On an AMD EPYC (family 25, model 17; benchmarks/results/machines/) the kernel reaches 67 % of the
-// same limit with the AVX-512 build and with the AVX2 one. There, an exp2 by vreduceps (t - floor(t) in
+// On an AMD EPYC (family 25, model 17; benchmarks/results/machines/) the kernel reaches 65-67 % of the
+// same limit with the AVX-512 build and 62-67 % with the AVX2 one (one run of 7 rounds and one of 21 each).
+// There, an exp2 by vreduceps (t - floor(t) in
 // one instruction) and scalef of t itself, the polynomial refitted on [0, 1) (the same relative error),
 // eight vector operations instead of nine, was no faster (61 % against 63 %, side by side).
 template <typename T, int D, int P>
