@@ -1125,9 +1125,9 @@ def machines_table(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] 
 
 
 def _interval_text(interval: tuple[float, float, float]) -> str:
-    """``"44–69 %"`` for :func:`fraction_interval`'s ends (a dash where not measured)."""
+    """``"44–69%"`` for :func:`fraction_interval`'s ends, as the table writes fractions (a dash where not measured)."""
     _, lo, hi = interval
-    return "–" if math.isnan(lo) else f"{100 * lo:.0f}–{100 * hi:.0f} %"
+    return "–" if math.isnan(lo) else f"{100 * lo:.0f}–{100 * hi:.0f}%"
 
 
 def machines_values(report: Mapping[str, Any], runs: Iterable[Mapping[str, Any]] = ()) -> Values:
@@ -1527,7 +1527,24 @@ def styled(table: pd.DataFrame, kind: str, *, drop: Sequence[str] = ()) -> Any:
     else:
         formats = _FORMATS[kind]
     na = {"na_rep": "–"} if kind in ("times", "memory", "engine", "peers") else {}
-    return table.style.format(formats, **na).hide(axis="index")
+    if kind == "machines":  # eleven columns in a narrow page: cells break only between phrases
+        table = table.map(_keep_phrases)
+    style = table.style.format(formats, **na).hide(axis="index")
+    if kind == "machines":  # dates and intervals kept whole (not broken at "-" or "–"), less padding
+        whole = [c for c in ("date", "per round, 95 %") if c in table]
+        style = style.set_properties(subset=whole, **{"white-space": "nowrap"})
+        style = style.set_table_styles([{"selector": "td, th", "props": "padding: 0.25em 0.45em"}])
+    return style
+
+
+def _keep_phrases(cell: Any) -> Any:
+    """A text cell whose spaces are no-break spaces except after a comma or semicolon and before "(".
+
+    >>> _keep_phrases("AMD EPYC (family 25, model 17), 2 threads") == (
+    ...     "AMD\u00a0EPYC (family\u00a025, model\u00a017), 2\u00a0threads")
+    True
+    """
+    return re.sub(r"(?<![,;]) (?!\()", "\u00a0", cell) if isinstance(cell, str) else cell
 
 
 def message_table(text: str) -> Any:

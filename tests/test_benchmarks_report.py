@@ -503,7 +503,7 @@ def test_machines_table_recomputes_each_runs_fraction_and_counts_the_target(repo
     for row, mix_ms in zip(table["per round, 95 %"], (1.5, 2.4), strict=True):
         c = evidence.mean(torch.log(mix_ms / torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)))
         half = evidence.family_threshold(1, evidence.ALPHA, c.df) * c.se
-        assert row == f"{100 * math.exp(c.estimate - half):.0f}–{100 * math.exp(c.estimate + half):.0f} %"
+        assert row == f"{100 * math.exp(c.estimate - half):.0f}–{100 * math.exp(c.estimate + half):.0f}%"
     centre, lo, hi = bench.fraction_interval(report["configs"][0])
     assert centre == pytest.approx(1.5 / math.exp(np.mean(np.log([1, 2, 3, 4, 5]))))  # the geometric mean
     assert lo < 0.5 < hi  # the ratio of medians, 1.5 / 3, inside
@@ -512,6 +512,9 @@ def test_machines_table_recomputes_each_runs_fraction_and_counts_the_target(repo
     assert "Holm across the 2 runs at 5%), the fraction lies below the target in 0 of the 2 runs, above it in 0 " \
         "and cannot be told from it in 2" in sentence  # fmt: skip
     assert list(table["rounds"]) == [5, 5]
+    html = bench.styled(table, "machines", drop=["limit (ms)"]).to_html()  # as the appendix shows it
+    assert "limit (ms)" not in html and "2\u00a0threads" in html and "AVX2 (lowered)" in html
+    assert "white-space: nowrap" in html and "50%" in html
     assert "met in 1 of them (AMD EPYC (family 25, model 17), 2 threads, kernel AVX2 (lowered))" in sentence
     assert bench.machine_runs(tmp_path / "absent") == []
     (folder / "c.json").write_text(json.dumps({"schema": 1}))
