@@ -1527,7 +1527,7 @@ def styled(table: pd.DataFrame, kind: str, *, drop: Sequence[str] = ()) -> Any:
     else:
         formats = _FORMATS[kind]
     na = {"na_rep": "–"} if kind in ("times", "memory", "engine", "peers") else {}
-    if kind == "machines":  # eleven columns in a narrow page: cells break only between phrases
+    if kind == "machines":  # ten columns or more in a narrow page: cells break only between phrases
         table = table.map(_keep_phrases)
     style = table.style.format(formats, **na).hide(axis="index")
     if kind == "machines":  # dates and intervals kept whole (not broken at "-" or "–"), less padding

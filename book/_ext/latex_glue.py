@@ -76,7 +76,8 @@ class _TableParser(HTMLParser):
             if tag == "thead":
                 self._in_head = False
             elif tag in ("td", "th") and self._cell is not None and self._row is not None:
-                self._row.append(" ".join("".join(self._cell).split()))
+                # ASCII whitespace collapsed; a no-break space (of a phrase kept whole) stays, for LaTeX's ~
+                self._row.append(re.sub(r"[ \t\n\r\f\v]+", " ", "".join(self._cell)).strip())
                 self._cell = None
             elif tag == "tr" and self._row is not None:
                 self.rows.append((self._header_row, self._row))
@@ -125,7 +126,7 @@ def table_node(rows: list[tuple[bool, list[str]]]) -> nodes.table:
     # cannot wrap: "< 0.0001" beside two long text columns would otherwise be cut
     for column in range(width):
         longest = max(len(cells[column]) for _, cells in rows)
-        word = max((len(w) for _, cells in rows for w in cells[column].split()), default=0)
+        word = max((len(w) for _, cells in rows for w in cells[column].split(" ")), default=0)  # no-break: one word
         group += nodes.colspec(colwidth=max(min(max(longest, 4), MAX_COLWIDTH), min(word + 5, MAX_COLWIDTH)))
     head_rows = [cells for is_head, cells in rows if is_head]
     body_rows = [cells for is_head, cells in rows if not is_head]
