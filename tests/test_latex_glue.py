@@ -43,17 +43,6 @@ def test_a_narrow_column_keeps_room_for_its_longest_word():
     assert widths == [latex_glue.MAX_COLWIDTH, len("0.0001") + 5, len("power") + 5]
 
 
-def test_a_phrase_kept_whole_in_the_html_stays_whole_in_the_pdf():
-    # benchmarks.report joins a phrase by no-break spaces ("2 threads"); the PDF cell keeps them
-    # (LaTeX does not break there) and sizes the column for the phrase as one word
-    html = "<table><tr><th>machine</th></tr><tr><td>AMD\u00a0EPYC,\n 2\u00a0threads</td></tr></table>"
-    rows = latex_glue.table_rows(html)
-    assert rows[1][1] == ["AMD\u00a0EPYC, 2\u00a0threads"]
-    node = latex_glue.table_node([(True, ["threads"]), (False, ["2\u00a0threads"])])
-    (width,) = [c["colwidth"] for c in node.findall(latex_glue.nodes.colspec)]
-    assert width == len("2\u00a0threads") + 5  # the phrase's room, not only "threads"'s
-
-
 def test_math_delimiters_and_output_wrapping():
     assert latex_glue.strip_math_delimiters("$$\n\\frac{a}{b}\n$$") == "\\frac{a}{b}"
     assert latex_glue.strip_math_delimiters("\\[x^2\\]") == "x^2"
