@@ -1075,14 +1075,11 @@ def _against_target(logs: Sequence[np.ndarray]) -> tuple[list[bool], list[bool],
     (``rounds - 1`` degrees of freedom); :func:`nwlib.evidence.significant` decides at
     :data:`nwlib.evidence.ALPHA` with Holm's correction over the runs, the book's standard.
     """
-    from nwlib import evidence  # here, not at the top: reading a result file needs no torch
+    import torch  # here, not at the top: reading a result file needs neither torch nor nwlib
 
-    comps = [
-        evidence.estimate(
-            float(np.mean(x)) - math.log(LIMIT_TARGET), float(np.std(x, ddof=1)) / math.sqrt(len(x)), len(x) - 1
-        )
-        for x in logs
-    ]
+    from nwlib import evidence
+
+    comps = [evidence.mean(torch.as_tensor(x - math.log(LIMIT_TARGET), dtype=torch.float64)) for x in logs]
     below = evidence.significant(comps, alternative="less")
     return below, evidence.significant(comps, alternative="greater"), evidence.ALPHA
 

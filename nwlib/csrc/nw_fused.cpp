@@ -142,10 +142,10 @@ constexpr int KEY_STEP = 2;
 // their issue time at two per cycle. So no single part, and not the memory, accounts for the gap; this VM exposes no
 // performance counters to say which resource stalls.
 // On an AMD EPYC (family 25, model 17; benchmarks/results/machines/) the kernel reaches 65-67 % of the
-// same limit with the AVX-512 build and 62-67 % with the AVX2 one (one run of 7 rounds and one of 21 each).
-// There, an exp2 by vreduceps (t - floor(t) in
-// one instruction) and scalef of t itself, the polynomial refitted on [0, 1) (the same relative error),
-// eight vector operations instead of nine, was no faster (61 % against 63 %, side by side).
+// same limit with the AVX-512 build and 62-67 % with the AVX2 one (one run of 7 rounds and one of 21
+// each). There, an exp2 by vreduceps (t - floor(t) in one instruction) and scalef of t itself, the
+// polynomial refitted on [0, 1) (the same relative error), eight vector operations instead of nine,
+// was no faster (61 % against 63 %, side by side).
 template <typename T, int D, int P>
 void tile(const T* q, int64_t d_rt, const T* kt, const T* bias, const T* vt, int64_t p_rt, int64_t N,
           int64_t nq, T* out, int64_t out_stride_row) {
